@@ -1,0 +1,36 @@
+"""samplers: class-imbalance samplers for torch DataLoaders.
+
+Depends on torch alone. Every sampler takes labels first, is seeded (``seed``, ``set_epoch``),
+has an exact ``len``, shards across ranks, resumes mid-epoch (``state_dict``) and takes training
+feedback through ``update(indices, losses)``.
+"""
+
+from samplers._core import ClassWeights, SampleWeights
+from samplers.base import Sampler
+from samplers.fixed_class import FixedClassSampler
+from samplers.stats import SamplingStats, sampling_stats
+from samplers.strategies import (
+    AnnealedSampler,
+    HardMinedSampler,
+    HybridSampler,
+    UniformSampler,
+    WeightedSampler,
+    effective_number_weights,
+    power_weights,
+)
+
+__all__ = [
+    "Sampler",
+    "ClassWeights",
+    "SampleWeights",
+    "UniformSampler",
+    "WeightedSampler",
+    "FixedClassSampler",
+    "AnnealedSampler",
+    "HardMinedSampler",
+    "HybridSampler",
+    "SamplingStats",
+    "sampling_stats",
+    "power_weights",
+    "effective_number_weights",
+]

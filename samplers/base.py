@@ -1,0 +1,248 @@
+"""The sampler protocol that every strategy inherits."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import Sampler as TorchSampler
+
+from samplers._core import (
+    ClassWeights,
+    Distribution,
+    LabelIndex,
+    SampleWeights,
+    as_labels,
+    draw,
+    epoch_generator,
+)
+
+__all__ = ["Sampler"]
+
+
+def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    initialised = dist.is_available() and dist.is_initialized()
+    if world_size is None:
+        world_size = dist.get_world_size() if initialised else 1
+    if rank is None:
+        rank = dist.get_rank() if initialised else 0
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    if not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an integer in [0, world_size={world_size}), got {rank!r}")
+    return rank, world_size
+
+
+class Sampler(TorchSampler):
+    r"""Base class: draws each epoch's order from the distribution a strategy declares.
+
+    A strategy overrides :meth:`distribution` (``epoch -> ClassWeights | SampleWeights``) and,
+    if it learns from training, :meth:`observe` plus the names of its state tensors in
+    ``feedback_state``. Everything else is inherited and guaranteed:
+
+    * The order is a pure function of ``(seed, epoch, feedback received)``: not of the global RNG,
+      the number of DataLoader workers or the process.
+    * ``len(sampler)`` is exactly the number of items :meth:`__iter__` yields on this rank.
+    * Distributed: every rank computes the same global draw of ``num_samples`` indices and takes
+      the positions ``rank, rank + world_size, ...``. Like ``DistributedSampler``, the draw is
+      padded by repeating its start (``drop_last=False``) or its tail is dropped, so every rank
+      gets the same length. The global draw does not depend on ``world_size``.
+    * ``state_dict`` / ``load_state_dict`` hold the epoch, the position inside it and the feedback
+      state; a sampler restored mid-epoch yields exactly the remaining items.
+
+    Args:
+        labels: class id of every sample (a sequence or a 1-D integer tensor), ``0..C-1``.
+        num_samples: indices per epoch over all ranks (default: the dataset size). Larger than
+            the dataset only with ``replacement=True``.
+        replacement: draw with replacement.
+        seed: seed of the order.
+        rank, world_size: this process's place (default: from ``torch.distributed`` when it is
+            initialised, else 0 and 1).
+        drop_last: drop the tail of the global draw instead of padding it to a multiple of
+            ``world_size``.
+        num_classes: number of classes, if some have no samples (default: ``max(labels) + 1``).
+    """
+
+    feedback_state: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        labels: Sequence[int] | torch.Tensor,
+        *,
+        num_samples: int | None = None,
+        replacement: bool = True,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
+        num_classes: int | None = None,
+    ) -> None:
+        self.index = LabelIndex(as_labels(labels, num_classes), num_classes)
+        dataset_size = len(self.index)
+        if num_samples is None:
+            num_samples = dataset_size
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+        if not replacement and num_samples > dataset_size:
+            raise ValueError(
+                f"num_samples={num_samples} exceeds the dataset size {dataset_size} without "
+                "replacement; set replacement=True or lower num_samples"
+            )
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        self.num_samples = num_samples
+        self.replacement = replacement
+        self.seed = seed
+        self.rank, self.world_size = _distributed_defaults(rank, world_size)
+        self.drop_last = drop_last
+        self.epoch = 0
+        self._position = 0
+        self._resume_at = 0
+        self._drawn: tuple[int, Distribution, torch.Tensor] | None = None
+
+    # ------------------------------------------------------------------ strategy hooks
+    def distribution(self, epoch: int) -> Distribution:
+        """What to draw from in ``epoch``: ``ClassWeights`` or ``SampleWeights`` (float64)."""
+        raise NotImplementedError
+
+    def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
+        """Feedback hook: ``indices`` (int64) and their validated per-sample ``losses`` (float64).
+
+        Called by :meth:`update`. The default ignores feedback.
+        """
+
+    def _draw(self, distribution: Distribution, generator: torch.Generator) -> torch.Tensor:
+        """The global draw of one epoch (its first dimension is what ranks share)."""
+        return draw(distribution, self.index, self.num_samples, self.replacement, generator)
+
+    # ------------------------------------------------------------------ public protocol
+    @property
+    def labels(self) -> torch.Tensor:
+        return self.index.labels
+
+    @property
+    def num_classes(self) -> int:
+        return self.index.num_classes
+
+    @property
+    def class_counts(self) -> torch.Tensor:
+        return self.index.counts
+
+    def _global_units(self) -> int:
+        return self.num_samples
+
+    def __len__(self) -> int:
+        units = self._global_units()
+        if self.drop_last:
+            return units // self.world_size
+        return math.ceil(units / self.world_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order the next iteration yields (call before each epoch)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        if epoch != self.epoch:
+            self._drawn = None
+        self.epoch = epoch
+        self._position = 0
+        self._resume_at = 0
+
+    def update(
+        self, indices: torch.Tensor | Sequence[int], losses: torch.Tensor | Sequence[float]
+    ) -> None:
+        """Feed back per-sample training losses (a no-op for strategies that ignore them).
+
+        In distributed training pass the losses gathered from all ranks, so that every rank holds
+        the same feedback state and keeps drawing the same global order.
+        """
+        indices = torch.as_tensor(indices).detach().reshape(-1).cpu().long()
+        losses = torch.as_tensor(losses).detach().reshape(-1).cpu().double()
+        if indices.numel() != losses.numel():
+            raise ValueError(
+                f"update: got {indices.numel()} indices but {losses.numel()} losses; pass one "
+                "loss per index (reduction='none')"
+            )
+        if not torch.isfinite(losses).all():
+            raise ValueError(
+                "update: losses contain NaN or infinite values; check the training loss"
+            )
+        if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= len(self.index)):
+            raise ValueError(f"update: indices must lie in [0, {len(self.index)})")
+        self.observe(indices, losses)
+
+    def current_distribution(self) -> Distribution:
+        """The distribution of the current epoch (frozen when the epoch is first drawn)."""
+        if self._drawn is not None:
+            return self._drawn[1]
+        return self.distribution(self.epoch)
+
+    def target_class_shares(self) -> torch.Tensor:
+        """The class shares this epoch's draw aims at (float64, sums to 1)."""
+        distribution = self.current_distribution()
+        if isinstance(distribution, ClassWeights):
+            weights = distribution.weights
+        else:
+            weights = torch.zeros(self.num_classes, dtype=torch.float64)
+            weights.index_add_(0, self.labels, distribution.weights)
+        return weights / weights.sum()
+
+    def global_indices(self) -> torch.Tensor:
+        """The global draw of the current epoch, over all ranks, before padding."""
+        if self._drawn is None or self._drawn[0] != self.epoch:
+            distribution = self.distribution(self.epoch)
+            units = self._draw(distribution, epoch_generator(self.seed, self.epoch))
+            self._drawn = (self.epoch, distribution, units)
+        return self._drawn[2]
+
+    def epoch_indices(self) -> torch.Tensor:
+        """This rank's indices for the current epoch as one int64 tensor (all of the epoch)."""
+        units = self.global_indices()
+        per_rank = len(self)
+        total = per_rank * self.world_size
+        if total > units.shape[0]:
+            repeats = math.ceil(total / units.shape[0])
+            units = torch.cat([units] * repeats)
+        return units[self.rank : total : self.world_size]
+
+    def __iter__(self) -> Iterator[Any]:
+        units = self.epoch_indices()
+        start, self._resume_at = self._resume_at, 0
+        self._position = start
+        for unit in units[start:].tolist():
+            self._position += 1
+            yield unit
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch, position inside it (items yielded on this rank) and feedback state."""
+        state: dict[str, Any] = {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": self._position,
+            "feedback": {name: getattr(self, name).clone() for name in self.feedback_state},
+        }
+        if self.feedback_state and self._drawn is not None:
+            # The epoch's draw depends on feedback as it was when the epoch began.
+            weights = self._drawn[1]
+            state["epoch_distribution"] = (type(weights).__name__, weights.weights.clone())
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; the next iteration yields the rest of the saved epoch."""
+        if state["seed"] != self.seed:
+            raise ValueError(
+                f"load_state_dict: state was saved with seed={state['seed']}, this sampler has "
+                f"seed={self.seed}; construct the sampler with the same seed"
+            )
+        self.set_epoch(state["epoch"])
+        for name in self.feedback_state:
+            setattr(self, name, state["feedback"][name].clone())
+        self._drawn = None
+        if "epoch_distribution" in state:
+            kind, weights = state["epoch_distribution"]
+            frozen = {"ClassWeights": ClassWeights, "SampleWeights": SampleWeights}[kind](weights)
+            units = self._draw(frozen, epoch_generator(self.seed, self.epoch))
+            self._drawn = (self.epoch, frozen, units)
+        self._position = self._resume_at = state["position"]

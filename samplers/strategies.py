@@ -1,0 +1,324 @@
+"""The six strategies. Each only says which distribution to draw from in each epoch."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from samplers._core import ClassWeights, Distribution, SampleWeights
+from samplers.base import Sampler
+
+__all__ = [
+    "UniformSampler",
+    "WeightedSampler",
+    "AnnealedSampler",
+    "HardMinedSampler",
+    "HybridSampler",
+    "power_weights",
+    "effective_number_weights",
+]
+
+SCHEDULES = ("linear", "cosine", "step")
+
+
+def power_weights(counts: torch.Tensor, q: float) -> torch.Tensor:
+    """Class weights proportional to ``n_j ** q`` (zero for empty classes), normalised."""
+    counts = counts.double()
+    weights = torch.where(counts > 0, counts.clamp(min=1) ** q, torch.zeros_like(counts))
+    return weights / weights.sum()
+
+
+def effective_number_weights(counts: torch.Tensor, beta: float) -> torch.Tensor:
+    """Class weights ``(1 - beta) / (1 - beta ** n_j)`` of Cui et al. (2019), normalised."""
+    counts = counts.double()
+    effective = 1.0 - torch.pow(torch.tensor(beta, dtype=torch.float64), counts)
+    weights = torch.where(counts > 0, (1.0 - beta) / effective.clamp(min=1e-300), 0.0)
+    return weights / weights.sum()
+
+
+def _check_finite_number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _check_weights(name: str, weights: Any, length: int, what: str) -> torch.Tensor:
+    weights = torch.as_tensor(weights, dtype=torch.float64).reshape(-1)
+    if weights.numel() != length:
+        raise ValueError(
+            f"{name}: expected {length} values (one per {what}), got {weights.numel()}"
+        )
+    if not torch.isfinite(weights).all():
+        raise ValueError(f"{name}: contains NaN or infinite values; pass finite weights")
+    if (weights < 0).any():
+        raise ValueError(f"{name}: contains negative values; weights must be >= 0")
+    if not (weights > 0).any():
+        raise ValueError(f"{name}: all weights are zero; at least one must be positive")
+    return weights / weights.sum()
+
+
+def _check_beta(beta: Any) -> float:
+    beta = _check_finite_number("beta", beta)
+    if not 0.0 <= beta < 1.0:
+        raise ValueError(f"beta must lie in [0, 1) (e.g. 0.999), got {beta}")
+    return beta
+
+
+class UniformSampler(Sampler):
+    """Instance-balanced shuffle: every sample once per epoch (the role of ``shuffle=True``)."""
+
+    def __init__(
+        self, labels: Sequence[int] | torch.Tensor, *, replacement: bool = False, **kwargs: Any
+    ) -> None:
+        super().__init__(labels, replacement=replacement, **kwargs)
+
+    def distribution(self, epoch: int) -> Distribution:
+        return ClassWeights(self.class_counts.double())
+
+
+class WeightedSampler(Sampler):
+    """Fixed class or sample probabilities.
+
+    Exactly one of: ``q`` (class probability proportional to ``n_j ** q``: 1 instance-balanced,
+    0.5 square-root, 0 class-balanced), ``beta`` (effective number, Cui et al. 2019),
+    ``class_weights`` (one per class) or ``sample_weights`` (one per sample). Explicit weights may
+    have any positive scale. Default: ``q=0`` (class-balanced), with replacement.
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[int] | torch.Tensor,
+        *,
+        q: float | None = None,
+        beta: float | None = None,
+        class_weights: Sequence[float] | torch.Tensor | None = None,
+        sample_weights: Sequence[float] | torch.Tensor | None = None,
+        replacement: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(labels, replacement=replacement, **kwargs)
+        given = [
+            name
+            for name, value in [
+                ("q", q),
+                ("beta", beta),
+                ("class_weights", class_weights),
+                ("sample_weights", sample_weights),
+            ]
+            if value is not None
+        ]
+        if len(given) > 1:
+            raise ValueError(
+                f"give at most one of q, beta, class_weights, sample_weights; got {given}"
+            )
+        counts = self.class_counts
+        if sample_weights is not None:
+            self._distribution: Distribution = SampleWeights(
+                _check_weights("sample_weights", sample_weights, len(self.index), "sample")
+            )
+        elif class_weights is not None:
+            weights = _check_weights("class_weights", class_weights, self.num_classes, "class")
+            if (weights[counts == 0] > 0).any():
+                empty = torch.nonzero((weights > 0) & (counts == 0)).flatten().tolist()
+                raise ValueError(
+                    f"class_weights: classes {empty} have no samples but positive weight"
+                )
+            self._distribution = ClassWeights(weights)
+        elif beta is not None:
+            self._distribution = ClassWeights(effective_number_weights(counts, _check_beta(beta)))
+        else:
+            self._distribution = ClassWeights(
+                power_weights(counts, _check_finite_number("q", 0.0 if q is None else q))
+            )
+        if not replacement:
+            positive = int((self._sample_weights_view() > 0).sum())
+            if self.num_samples > positive:
+                raise ValueError(
+                    f"num_samples={self.num_samples} exceeds the {positive} samples with positive "
+                    "weight; without replacement set replacement=True or lower num_samples"
+                )
+
+    def _sample_weights_view(self) -> torch.Tensor:
+        if isinstance(self._distribution, SampleWeights):
+            return self._distribution.weights
+        return self._distribution.weights[self.labels]
+
+    def distribution(self, epoch: int) -> Distribution:
+        return self._distribution
+
+
+def schedule_progress(epoch: int, total_epochs: int, schedule: str, steps: int = 1) -> float:
+    """Fraction ``s(t)`` in [0, 1] of the way from the start to the end distribution."""
+    t = min(epoch / total_epochs, 1.0)
+    if schedule == "linear":
+        return t
+    if schedule == "cosine":
+        return 0.5 * (1.0 - math.cos(math.pi * t))
+    return math.floor(steps * t) / steps
+
+
+class AnnealedSampler(Sampler):
+    """Progressively balanced sampling (Kang et al. 2020).
+
+    ``mode="mix"``: ``p(t) = (1 - s) p_start + s p_end`` with ``p_start ∝ n^q_start`` and
+    ``p_end ∝ n^q_end``; ``mode="power"``: ``p(t) ∝ n^(q_start + s (q_end - q_start))``. The
+    progress ``s`` goes from 0 at epoch 0 to 1 at epoch ``total_epochs`` along ``schedule``
+    (linear, cosine, or step: ``steps`` equal jumps). The default moves from class-balanced
+    (q=0) to instance-balanced (q=1); swap ``q_start`` and ``q_end`` for the other direction.
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[int] | torch.Tensor,
+        *,
+        total_epochs: int,
+        q_start: float = 0.0,
+        q_end: float = 1.0,
+        schedule: str = "linear",
+        mode: str = "mix",
+        steps: int = 1,
+        replacement: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(labels, replacement=replacement, **kwargs)
+        if isinstance(total_epochs, bool) or not isinstance(total_epochs, int) or total_epochs <= 0:
+            raise ValueError(f"total_epochs (T) must be a positive integer, got {total_epochs!r}")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule={schedule!r} is unknown; choose one of {SCHEDULES}")
+        if mode not in ("mix", "power"):
+            raise ValueError(f"mode={mode!r} is unknown; choose 'mix' or 'power'")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be a positive integer, got {steps!r}")
+        self.total_epochs = total_epochs
+        self.q_start = _check_finite_number("q_start", q_start)
+        self.q_end = _check_finite_number("q_end", q_end)
+        self.schedule, self.mode, self.steps = schedule, mode, steps
+
+    def distribution(self, epoch: int) -> Distribution:
+        s = schedule_progress(epoch, self.total_epochs, self.schedule, self.steps)
+        counts = self.class_counts
+        if self.mode == "power":
+            return ClassWeights(
+                power_weights(counts, self.q_start + s * (self.q_end - self.q_start))
+            )
+        start, end = power_weights(counts, self.q_start), power_weights(counts, self.q_end)
+        return ClassWeights((1.0 - s) * start + s * end)
+
+
+class HardMinedSampler(Sampler):
+    """Per-sample probabilities that follow each sample's recent training loss.
+
+    Each sample's loss is smoothed by an exponential moving average (``momentum``); the score is
+    sharpened as ``ema ** power`` or, when ``temperature`` is given, ``exp(ema / temperature)``.
+    Samples not seen yet get the mean score. The result is mixed with a uniform ``floor`` so
+    that no sample starves: ``p = (1 - floor) * score / sum + floor * base``. Before any feedback
+    (the first epoch) ``p`` is the base: uniform over samples or, with ``class_balanced``,
+    uniform over classes and then over their members (scores are then normalised per class).
+    """
+
+    feedback_state = ("loss_ema", "seen")
+
+    def __init__(
+        self,
+        labels: Sequence[int] | torch.Tensor,
+        *,
+        momentum: float = 0.9,
+        power: float = 1.0,
+        temperature: float | None = None,
+        floor: float = 0.1,
+        class_balanced: bool = False,
+        replacement: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(labels, replacement=replacement, **kwargs)
+        self.momentum = _check_finite_number("momentum", momentum)
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"momentum must lie in [0, 1), got {momentum}")
+        self.power = _check_finite_number("power", power)
+        if self.power < 0:
+            raise ValueError(f"power must be >= 0, got {power}")
+        if temperature is not None and _check_finite_number("temperature", temperature) <= 0:
+            raise ValueError(
+                f"temperature must be > 0 (or None for the power form), got {temperature}"
+            )
+        self.temperature = temperature
+        self.floor = _check_finite_number("floor", floor)
+        if not 0.0 < self.floor <= 1.0:
+            raise ValueError(f"floor must lie in (0, 1] so that no sample starves, got {floor}")
+        self.class_balanced = class_balanced
+        self.loss_ema = torch.zeros(len(self.index), dtype=torch.float64)
+        self.seen = torch.zeros(len(self.index), dtype=torch.bool)
+
+    def _per_class_normalised(self, weights: torch.Tensor) -> torch.Tensor:
+        """Weights rescaled so each non-empty class sums to 1 / (number of non-empty classes)."""
+        totals = torch.zeros(self.num_classes, dtype=torch.float64).index_add_(
+            0, self.labels, weights
+        )
+        present = int((self.class_counts > 0).sum())
+        return weights / totals[self.labels] / present
+
+    def _base(self) -> torch.Tensor:
+        ones = torch.ones(len(self.index), dtype=torch.float64)
+        return self._per_class_normalised(ones) if self.class_balanced else ones / ones.numel()
+
+    def distribution(self, epoch: int) -> Distribution:
+        base = self._base()
+        if not self.seen.any():
+            return SampleWeights(base)
+        scores = torch.where(self.seen, self.loss_ema, self.loss_ema[self.seen].mean())
+        if self.temperature is not None:
+            scores = torch.softmax(scores / self.temperature, 0)
+        else:
+            scores = scores.clamp(min=0.0) ** self.power
+        if self.class_balanced:
+            scores = scores + 1e-12 * scores.max()  # a class with all-zero scores keeps its share
+            scores = self._per_class_normalised(scores)
+        elif scores.sum() <= 0:
+            return SampleWeights(base)
+        else:
+            scores = scores / scores.sum()
+        return SampleWeights((1.0 - self.floor) * scores + self.floor * base)
+
+    def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
+        if indices.numel() == 0:
+            return
+        unique, inverse = torch.unique(indices, return_inverse=True)
+        mean_loss = torch.zeros(unique.numel(), dtype=torch.float64).index_add_(0, inverse, losses)
+        mean_loss /= torch.bincount(inverse, minlength=unique.numel())
+        previous = self.loss_ema[unique]
+        smoothed = self.momentum * previous + (1.0 - self.momentum) * mean_loss
+        self.loss_ema[unique] = torch.where(self.seen[unique], smoothed, mean_loss)
+        self.seen[unique] = True
+
+
+class HybridSampler(Sampler):
+    """Partial re-sampling plus loss re-weighting.
+
+    Draws classes with ``p_j ∝ n_j ** q`` (e.g. square-root, ``q=0.5``) and exposes
+    :meth:`class_loss_weights` ``w_j = t_j / p_j`` with target ``t_j ∝ n_j ** target_q``
+    (class-balanced by default), so that sampling share times loss weight equals the target.
+    Apply the weights to per-sample losses and average plainly (not torch's weighted mean).
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[int] | torch.Tensor,
+        *,
+        q: float = 0.5,
+        target_q: float = 0.0,
+        replacement: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(labels, replacement=replacement, **kwargs)
+        self.sampling = power_weights(self.class_counts, _check_finite_number("q", q))
+        self.target = power_weights(self.class_counts, _check_finite_number("target_q", target_q))
+
+    def distribution(self, epoch: int) -> Distribution:
+        return ClassWeights(self.sampling)
+
+    def class_loss_weights(self) -> torch.Tensor:
+        """Per-class loss weights ``target / sampling share`` (float64; 0 for empty classes)."""
+        return torch.where(self.sampling > 0, self.target / self.sampling.clamp(min=1e-300), 0.0)
