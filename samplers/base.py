@@ -67,6 +67,9 @@ class Sampler(TorchSampler):
     """
 
     feedback_state: ClassVar[tuple[str, ...]] = ()
+    #: Batch samplers set this: they yield lists of ``batch_size`` indices, and
+    #: :meth:`epoch_indices` is 2-D (batches x batch_size). ``None`` for index samplers.
+    batch_size: int | None = None
 
     def __init__(
         self,

@@ -1,0 +1,1 @@
+"""samplerlab runner: the Hydra app around the samplers library."""

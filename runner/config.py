@@ -1,0 +1,124 @@
+"""Config schema: dataclasses in Hydra's ConfigStore, so a typo or a wrong type fails at
+composition, naming the key, before any work is done. Groups whose objects are built by
+``_target_`` (data, model, sampler, loss) are checked against their target's signature in
+:func:`check_targets`."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.utils import get_method
+from omegaconf import MISSING, DictConfig
+
+SCHEDULES = ("cosine", "step", "constant")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 10
+    batch_size: int = 128
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    nesterov: bool = True
+    warmup_epochs: int = 0
+    schedule: str = "cosine"
+    milestones: list[int] = field(default_factory=list)
+    gamma: float = 0.1
+    device: str = "auto"
+    threads: int = 0
+    eval_every: int = 1
+    eval_batch_size: int = 1024
+    augment: bool = True
+    progress: bool = True
+
+
+@dataclass
+class EvalConfig:
+    many_shot: int = 100
+    few_shot: int = 20
+
+
+@dataclass
+class TrackingConfig:
+    uri: str | None = None
+    experiment: str = "samplerlab"
+    plots: bool = True
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    data: Any = MISSING
+    model: Any = MISSING
+    sampler: Any = MISSING
+    loss: Any = MISSING
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="run_schema", node=RunConfig)
+
+
+# Arguments the runner supplies itself when it builds each group's object.
+SUPPLIED = {
+    "data": set(),
+    "model": {"in_shape", "num_classes"},
+    "sampler": {"labels"},
+    "loss": {"class_counts", "sampler", "epochs"},
+}
+
+
+def _fail(key: str, message: str) -> None:
+    raise ValueError(f"config error at '{key}': {message}")
+
+
+def check_targets(cfg: DictConfig) -> None:
+    """Every built group names an importable ``_target_`` and only parameters it accepts."""
+    for group, supplied in SUPPLIED.items():
+        node = cfg[group]
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            _fail(group, f"choose one with {group}=<name> (see conf/{group}/)")
+        try:
+            target = get_method(node._target_)
+        except Exception as err:  # hydra raises ImportError or ValueError variants
+            _fail(f"{group}._target_", f"cannot import {node._target_!r} ({err})")
+        parameters = inspect.signature(target).parameters
+        accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        if accepts_any and inspect.isclass(target):
+            # Sampler subclasses forward **kwargs to the base: check against the whole chain.
+            parameters = {
+                name: p for cls in target.__mro__ if "__init__" in vars(cls)
+                for name, p in inspect.signature(cls.__init__).parameters.items()
+            }
+        known = set(parameters) - {"self", "kwargs", "args"}
+        for key in node:
+            if key.startswith("_"):
+                continue
+            if key in supplied:
+                _fail(f"{group}.{key}", "is set by the runner; remove it from the config")
+            if key not in known:
+                _fail(f"{group}.{key}", f"unknown parameter of {node._target_}; known: {sorted(known - supplied)}")
+    trainer = cfg.trainer
+    if trainer.schedule not in SCHEDULES:
+        _fail("trainer.schedule", f"{trainer.schedule!r} is unknown; choose one of {SCHEDULES}")
+    if trainer.device not in DEVICES:
+        _fail("trainer.device", f"{trainer.device!r} is unknown; choose one of {DEVICES}")
+    for key in ("epochs", "batch_size", "eval_every", "eval_batch_size"):
+        if trainer[key] < 1:
+            _fail(f"trainer.{key}", f"must be >= 1, got {trainer[key]}")
+    for key in ("warmup_epochs", "threads"):
+        if trainer[key] < 0:
+            _fail(f"trainer.{key}", f"must be >= 0, got {trainer[key]}")
+    if trainer.warmup_epochs >= trainer.epochs:
+        _fail("trainer.warmup_epochs", f"must be below trainer.epochs={trainer.epochs}")
+    if trainer.lr <= 0:
+        _fail("trainer.lr", f"must be > 0, got {trainer.lr}")
+    if cfg.eval.few_shot > cfg.eval.many_shot:
+        _fail("eval.few_shot", f"must not exceed eval.many_shot={cfg.eval.many_shot}")

@@ -1,0 +1,250 @@
+"""Long-tailed data sources. Each yields in-memory tensors, class names and training counts.
+
+The training set follows the standard long-tail rule n_i = int(n_max * (1/IF)^(i/(C-1))) (class 0
+is the head); within each class a shuffle with a fixed data seed keeps the first n_i, so every
+strategy and seed trains on the same subset. The test set stays balanced and untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+PROFILES = ("exp", "step")
+CIFAR_STATS = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+}
+
+
+@dataclass
+class Augment:
+    """Batch augmentation for images: random crop after zero padding, horizontal flip."""
+
+    crop_padding: int = 0
+    flip: bool = False
+
+
+@dataclass
+class LongTailData:
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    class_names: list[str]
+    name: str
+    imbalance_factor: float
+    augment: Augment | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def train_counts(self) -> torch.Tensor:
+        return torch.bincount(self.train_y, minlength=self.num_classes)
+
+    @property
+    def in_shape(self) -> tuple[int, ...]:
+        return tuple(self.train_x.shape[1:])
+
+
+def long_tail_counts(n_max: int, num_classes: int, imbalance_factor: float, profile: str = "exp") -> list[int]:
+    """Per-class training counts, head first."""
+    if imbalance_factor < 1:
+        raise ValueError(f"data.imbalance_factor must be >= 1 (1 = balanced), got {imbalance_factor}")
+    if profile not in PROFILES:
+        raise ValueError(f"data.profile={profile!r} is unknown; choose one of {PROFILES}")
+    if num_classes == 1:
+        return [n_max]
+    if profile == "step":
+        head = num_classes - num_classes // 2
+        return [n_max] * head + [int(n_max / imbalance_factor)] * (num_classes - head)
+    return [int(n_max * (1.0 / imbalance_factor) ** (i / (num_classes - 1.0))) for i in range(num_classes)]
+
+
+def long_tail_subset(labels: np.ndarray, counts: Sequence[int], data_seed: int) -> np.ndarray:
+    """Indices keeping the first ``counts[c]`` of each class after a fixed-seed shuffle."""
+    rng = np.random.RandomState(data_seed)
+    keep = []
+    for c, n in enumerate(counts):
+        members = np.flatnonzero(labels == c)
+        if n > members.size:
+            raise ValueError(f"class {c} has {members.size} samples, the long-tail profile asks for {n}; lower data.n_max")
+        rng.shuffle(members)
+        keep.append(members[:n])
+    return np.sort(np.concatenate(keep))
+
+
+def _make_long_tailed(
+    name: str, train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
+    class_names: list[str], imbalance_factor: float, profile: str, data_seed: int,
+    n_max: int | None, augment: Augment | None,
+) -> LongTailData:
+    pool = np.bincount(train_y, minlength=len(class_names))
+    n_max = int(pool.min()) if n_max is None else n_max
+    counts = long_tail_counts(n_max, len(class_names), imbalance_factor, profile)
+    keep = long_tail_subset(train_y, counts, data_seed)
+    return LongTailData(
+        train_x=torch.as_tensor(train_x[keep]), train_y=torch.as_tensor(train_y[keep]).long(),
+        test_x=torch.as_tensor(test_x), test_y=torch.as_tensor(test_y).long(),
+        class_names=class_names, name=name, imbalance_factor=float(imbalance_factor), augment=augment,
+    )
+
+
+def synthetic_lt(
+    num_classes: int = 10, dim: int = 32, n_max: int = 500, test_per_class: int = 100,
+    separation: float = 3.0, noise: float = 1.0, imbalance_factor: float = 100.0,
+    profile: str = "exp", data_seed: int = 0,
+) -> LongTailData:
+    """Gaussian class clusters: means drawn at ``separation`` scale, isotropic ``noise``."""
+    if num_classes < 2 or dim < 1 or n_max < 1 or test_per_class < 1:
+        raise ValueError("data: num_classes >= 2, dim >= 1, n_max >= 1 and test_per_class >= 1 are required")
+    rng = np.random.RandomState(data_seed)
+    means = rng.randn(num_classes, dim) * separation / np.sqrt(dim) * np.sqrt(2)
+
+    def sample(per_class: int) -> tuple[np.ndarray, np.ndarray]:
+        y = np.repeat(np.arange(num_classes), per_class)
+        return (means[y] + noise * rng.randn(y.size, dim)).astype(np.float32), y
+
+    train_x, train_y = sample(n_max)
+    test_x, test_y = sample(test_per_class)
+    names = [f"class_{c}" for c in range(num_classes)]
+    return _make_long_tailed("synthetic_lt", train_x, train_y, test_x, test_y, names,
+                             imbalance_factor, profile, data_seed, n_max, None)
+
+
+def digits_lt(
+    test_per_class: int = 50, n_max: int | None = None, imbalance_factor: float = 10.0,
+    profile: str = "exp", data_seed: int = 0, crop_padding: int = 1,
+) -> LongTailData:
+    """scikit-learn's bundled 8x8 digits: a balanced held-out test split, a long-tailed rest."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)[:, None]  # (N, 1, 8, 8) in [0, 1]
+    images = (images - 0.3) / 0.4
+    labels = digits.target.astype(np.int64)
+    rng = np.random.RandomState(data_seed)
+    test = np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:test_per_class] for c in range(10)])
+    train = np.setdiff1d(np.arange(labels.size), test)
+    names = [str(c) for c in range(10)]
+    return _make_long_tailed("digits_lt", images[train], labels[train], images[test], labels[test], names,
+                             imbalance_factor, profile, data_seed, n_max, Augment(crop_padding, flip=False))
+
+
+def _normalise(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
+    """uint8 NHWC -> float32 NCHW, standardised per channel."""
+    x = images.astype(np.float32).transpose(0, 3, 1, 2) / 255.0
+    return (x - np.asarray(mean, np.float32)[:, None, None]) / np.asarray(std, np.float32)[:, None, None]
+
+
+def _cifar(
+    variant: str, root: str, download: bool, verify: bool, imbalance_factor: float, profile: str,
+    data_seed: int, n_max: int | None,
+) -> LongTailData:
+    from torchvision import datasets
+
+    base = datasets.CIFAR10 if variant == "cifar10" else datasets.CIFAR100
+    folder = Path(root).expanduser() / base.base_folder
+    if not download and not folder.is_dir():
+        raise FileNotFoundError(
+            f"data.root={root!r}: no {variant.upper()} found at {folder}. Run once with "
+            f"data.download=true on a machine with internet access, or copy the python version "
+            f"('{base.base_folder}') there and point data.root at its parent."
+        )
+    # verify=false accepts files whose checksums differ from the official release (small test
+    # files in the same on-disk format, or a local re-export); the reading code is torchvision's.
+    cls = base if verify else type(base.__name__, (base,), {"_check_integrity": lambda self: True})
+    train = cls(root=str(Path(root).expanduser()), train=True, download=download)
+    test = cls(root=str(Path(root).expanduser()), train=False, download=False)
+    mean, std = CIFAR_STATS[variant]
+    return _make_long_tailed(
+        f"{variant}_lt", _normalise(train.data, mean, std), np.asarray(train.targets),
+        _normalise(test.data, mean, std), np.asarray(test.targets), list(train.classes),
+        imbalance_factor, profile, data_seed, n_max, Augment(crop_padding=4, flip=True),
+    )
+
+
+def cifar10_lt(
+    root: str = "data", download: bool = False, verify: bool = True, imbalance_factor: float = 100.0,
+    profile: str = "exp", data_seed: int = 0, n_max: int | None = None,
+) -> LongTailData:
+    """CIFAR-10-LT through torchvision (downloads only with ``download=True``)."""
+    return _cifar("cifar10", root, download, verify, imbalance_factor, profile, data_seed, n_max)
+
+
+def cifar100_lt(
+    root: str = "data", download: bool = False, verify: bool = True, imbalance_factor: float = 100.0,
+    profile: str = "exp", data_seed: int = 0, n_max: int | None = None,
+) -> LongTailData:
+    """CIFAR-100-LT through torchvision (downloads only with ``download=True``)."""
+    return _cifar("cifar100", root, download, verify, imbalance_factor, profile, data_seed, n_max)
+
+
+def _decode_folder(root: Path, cache_dir: Path) -> dict[str, object]:
+    """Decode ``root/{train,test}/<class>/*`` once into uint8 tensors; later calls read the cache."""
+    from torchvision import datasets
+    from torchvision.io import ImageReadMode, decode_image
+
+    listing = sorted(str(p.relative_to(root)) + f":{p.stat().st_size}" for p in root.rglob("*") if p.is_file())
+    key = hashlib.sha256("\n".join([str(root.resolve()), *listing]).encode()).hexdigest()[:16]
+    cache = cache_dir / f"image_folder-{key}.pt"
+    if cache.exists():
+        return torch.load(cache)
+    decoded: dict[str, object] = {}
+    for split in ("train", "test"):
+        folder = datasets.ImageFolder(str(root / split))
+        images = [decode_image(path, mode=ImageReadMode.RGB) for path, _ in folder.samples]
+        decoded[f"{split}_x"] = torch.stack(images)
+        decoded[f"{split}_y"] = torch.tensor(folder.targets)
+        decoded["classes"] = folder.classes
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(decoded, cache)
+    return decoded
+
+
+def image_folder_lt(
+    root: str, cache_dir: str = "data/cache", imbalance_factor: float = 100.0, profile: str = "exp",
+    data_seed: int = 0, n_max: int | None = None, crop_padding: int = 4, flip: bool = True,
+) -> LongTailData:
+    """Any ``root/{train,test}/<class>/*`` tree (torchvision ImageFolder layout; classes in sorted
+    folder order, so the first folder is the head class). Images must share one size."""
+    path = Path(root).expanduser()
+    for split in ("train", "test"):
+        if not (path / split).is_dir():
+            raise FileNotFoundError(f"data.root={root!r}: expected folders {path}/train/<class>/ and {path}/test/<class>/")
+    decoded = _decode_folder(path, Path(cache_dir).expanduser())
+    train_x, test_x = decoded["train_x"], decoded["test_x"]
+    mean = (train_x.double() / 255).mean(dim=(0, 2, 3)).tolist()
+    std = (train_x.double() / 255).std(dim=(0, 2, 3)).tolist()
+    to_nhwc = (lambda x: x.permute(0, 2, 3, 1).numpy())
+    return _make_long_tailed(
+        "image_folder_lt", _normalise(to_nhwc(train_x), mean, std), decoded["train_y"].numpy(),
+        _normalise(to_nhwc(test_x), mean, std), decoded["test_y"].numpy(), list(decoded["classes"]),
+        imbalance_factor, profile, data_seed, n_max, Augment(crop_padding, flip),
+    )
+
+
+def augment_batch(x: torch.Tensor, augment: Augment, generator: torch.Generator) -> torch.Tensor:
+    """Random crop with zero padding and horizontal flip, for a whole batch at once."""
+    n, _, h, w = x.shape
+    if augment.flip:
+        flip = torch.rand(n, generator=generator, device="cpu").to(x.device) < 0.5
+        x = torch.where(flip[:, None, None, None], x.flip(3), x)
+    pad = augment.crop_padding
+    if pad > 0:
+        padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
+        dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
+        dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
+        rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
+        cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
+        batch = torch.arange(n, device=x.device)[:, None, None, None]
+        channel = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
+        x = padded[batch, channel, rows, cols]
+    return x

@@ -1,0 +1,84 @@
+"""Evaluation on the balanced test set with scikit-learn's metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from sklearn.metrics import (
+    accuracy_score,
+    balanced_accuracy_score,
+    classification_report,
+    confusion_matrix,
+    f1_score,
+    precision_recall_fscore_support,
+)
+
+HEADLINE = ("accuracy", "balanced_accuracy", "macro_f1", "many_accuracy", "medium_accuracy", "few_accuracy")
+
+
+@dataclass
+class Evaluation:
+    accuracy: float
+    balanced_accuracy: float
+    macro_f1: float
+    many_accuracy: float
+    medium_accuracy: float
+    few_accuracy: float
+    precision: np.ndarray
+    recall: np.ndarray
+    f1: np.ndarray
+    support: np.ndarray
+    confusion: np.ndarray
+    report: str
+
+    def metrics(self, class_names: list[str], prefix: str = "test") -> dict[str, float]:
+        """Flat metric dict; a shot group with no classes (NaN) is left out."""
+        out = {f"{prefix}/{k}": float(getattr(self, k)) for k in HEADLINE}
+        for per_class in ("recall", "precision", "f1"):
+            for name, value in zip(class_names, getattr(self, per_class), strict=True):
+                out[f"{prefix}/{per_class}/{name}"] = float(value)
+        return {k: v for k, v in out.items() if not np.isnan(v)}
+
+
+def shot_groups(train_counts: np.ndarray, many_shot: int, few_shot: int) -> dict[str, np.ndarray]:
+    """Class masks by training count: many (> many_shot), few (< few_shot), medium (the rest)."""
+    many = train_counts > many_shot
+    few = train_counts < few_shot
+    return {"many": many, "medium": ~many & ~few, "few": few}
+
+
+def evaluate(
+    y_true: np.ndarray, y_pred: np.ndarray, train_counts: np.ndarray, class_names: list[str],
+    many_shot: int = 100, few_shot: int = 20,
+) -> Evaluation:
+    labels = np.arange(len(class_names))
+    precision, recall, f1, support = precision_recall_fscore_support(
+        y_true, y_pred, labels=labels, zero_division=0
+    )
+    groups = shot_groups(np.asarray(train_counts), many_shot, few_shot)
+    tested = support > 0
+    group_acc = {
+        g: float(recall[mask & tested].mean()) if (mask & tested).any() else float("nan")
+        for g, mask in groups.items()
+    }
+    return Evaluation(
+        accuracy=float(accuracy_score(y_true, y_pred)),
+        balanced_accuracy=float(balanced_accuracy_score(y_true, y_pred)),
+        macro_f1=float(f1_score(y_true, y_pred, labels=labels, average="macro", zero_division=0)),
+        many_accuracy=group_acc["many"], medium_accuracy=group_acc["medium"], few_accuracy=group_acc["few"],
+        precision=precision, recall=recall, f1=f1, support=support,
+        confusion=confusion_matrix(y_true, y_pred, labels=labels),
+        report=classification_report(y_true, y_pred, labels=labels, target_names=class_names, zero_division=0, digits=4),
+    )
+
+
+@torch.no_grad()
+def predict(model: torch.nn.Module, x: torch.Tensor, batch_size: int) -> np.ndarray:
+    """Predicted classes for ``x`` (already on the model's device), in eval mode."""
+    was_training = model.training
+    model.eval()
+    preds = [model(chunk).argmax(1) for chunk in x.split(batch_size)]
+    model.train(was_training)
+    return torch.cat(preds).cpu().numpy()
