@@ -30,25 +30,43 @@ def _choices(cfg: DictConfig) -> tuple[dict[str, str], list[str]]:
     if HydraConfig.initialized():
         hydra = HydraConfig.get()
         return {k: str(v) for k, v in hydra.runtime.choices.items()}, list(hydra.overrides.task)
-    return {g: str(cfg[g]._target_).rsplit(".", 1)[-1] for g in ("data", "model", "sampler", "loss")}, []
+    return {
+        g: str(cfg[g]._target_).rsplit(".", 1)[-1] for g in ("data", "model", "sampler", "loss")
+    }, []
 
 
-def sampling_metrics(sampler: Sampler, delivered: torch.Tensor, class_names: list[str]) -> tuple[dict[str, float], np.ndarray]:
-    stats = sampling_stats(delivered, sampler.labels, sampler.target_class_shares(), sampler.num_classes)
-    metrics = {f"sampling/share/{n}": float(s) for n, s in zip(class_names, stats.shares, strict=True)}
-    metrics.update({
-        "sampling/unique_ratio": stats.unique_ratio, "sampling/max_repeats": stats.max_repeats,
-        "sampling/never_drawn": stats.never_drawn, "sampling/kl_to_target": stats.kl_to_target,
-        "sampling/imbalance_ratio": stats.imbalance_ratio,
-    })
+def sampling_metrics(
+    sampler: Sampler, delivered: torch.Tensor, class_names: list[str]
+) -> tuple[dict[str, float], np.ndarray]:
+    stats = sampling_stats(
+        delivered, sampler.labels, sampler.target_class_shares(), sampler.num_classes
+    )
+    metrics = {
+        f"sampling/share/{n}": float(s) for n, s in zip(class_names, stats.shares, strict=True)
+    }
+    metrics.update(
+        {
+            "sampling/unique_ratio": stats.unique_ratio,
+            "sampling/max_repeats": stats.max_repeats,
+            "sampling/never_drawn": stats.never_drawn,
+            "sampling/kl_to_target": stats.kl_to_target,
+            "sampling/imbalance_ratio": stats.imbalance_ratio,
+        }
+    )
     return metrics, stats.shares.numpy()
 
 
 def _headline(evaluation: Evaluation) -> str:
-    parts = [f"acc {evaluation.accuracy:.4f}", f"bal-acc {evaluation.balanced_accuracy:.4f}",
-             f"macro-F1 {evaluation.macro_f1:.4f}"]
-    parts += [f"{g} {getattr(evaluation, g + '_accuracy'):.4f}" for g in ("many", "medium", "few")
-              if not np.isnan(getattr(evaluation, g + "_accuracy"))]
+    parts = [
+        f"acc {evaluation.accuracy:.4f}",
+        f"bal-acc {evaluation.balanced_accuracy:.4f}",
+        f"macro-F1 {evaluation.macro_f1:.4f}",
+    ]
+    parts += [
+        f"{g} {getattr(evaluation, g + '_accuracy'):.4f}"
+        for g in ("many", "medium", "few")
+        if not np.isnan(getattr(evaluation, g + "_accuracy"))
+    ]
     return "  ".join(parts)
 
 
@@ -58,17 +76,28 @@ def run(cfg: DictConfig) -> dict[str, float]:
     trainer = cfg.trainer
     if trainer.threads:
         torch.set_num_threads(trainer.threads)
-    device = torch.device("cuda" if trainer.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if trainer.device == "auto" else trainer.device)
+    device = torch.device(
+        "cuda"
+        if trainer.device == "auto" and torch.cuda.is_available()
+        else "cpu"
+        if trainer.device == "auto"
+        else trainer.device
+    )
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("config error at 'trainer.device': cuda requested but no CUDA device is available; use trainer.device=auto")
+        raise ValueError(
+            "config error at 'trainer.device': cuda requested but no CUDA device is available; use trainer.device=auto"
+        )
     torch.manual_seed(cfg.seed)
 
     # Build everything first, so that any bad value fails before training or tracking starts.
     data: LongTailData = instantiate(cfg.data)
     sampler: Sampler = instantiate(cfg.sampler, labels=data.train_y)
-    model = instantiate(cfg.model, in_shape=data.in_shape, num_classes=data.num_classes, _convert_="all").to(device)
-    loss_fn = instantiate(cfg.loss, class_counts=data.train_counts, sampler=sampler, epochs=trainer.epochs).to(device)
+    model = instantiate(
+        cfg.model, in_shape=data.in_shape, num_classes=data.num_classes, _convert_="all"
+    ).to(device)
+    loss_fn = instantiate(
+        cfg.loss, class_counts=data.train_counts, sampler=sampler, epochs=trainer.epochs
+    ).to(device)
     state = build_state(model, sampler, trainer, cfg.seed)
     choices, overrides = _choices(cfg)
     names = data.class_names
@@ -79,11 +108,19 @@ def run(cfg: DictConfig) -> dict[str, float]:
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
     tracker = Tracker(
-        cfg.tracking.uri, cfg.tracking.experiment,
-        run_name=f"{choices['sampler']}-{choices['data']}-s{cfg.seed}", params=flatten(resolved),
-        tags={"sampler": choices["sampler"], "data": choices["data"], "model": choices["model"],
-              "loss": choices["loss"], "imbalance_factor": str(data.imbalance_factor),
-              "git_commit": git_commit(), "overrides": " ".join(overrides) or "(none)"},
+        cfg.tracking.uri,
+        cfg.tracking.experiment,
+        run_name=f"{choices['sampler']}-{choices['data']}-s{cfg.seed}",
+        params=flatten(resolved),
+        tags={
+            "sampler": choices["sampler"],
+            "data": choices["data"],
+            "model": choices["model"],
+            "loss": choices["loss"],
+            "imbalance_factor": str(data.imbalance_factor),
+            "git_commit": git_commit(),
+            "overrides": " ".join(overrides) or "(none)",
+        },
     )
     started = time.perf_counter()
     try:
@@ -94,7 +131,12 @@ def run(cfg: DictConfig) -> dict[str, float]:
         steps = batches_per_epoch(sampler, trainer.batch_size)
         while state.epoch < trainer.epochs:
             epoch = state.epoch
-            bar = tqdm(total=steps, desc=f"epoch {epoch + 1}/{trainer.epochs}", disable=not show, leave=False)
+            bar = tqdm(
+                total=steps,
+                desc=f"epoch {epoch + 1}/{trainer.epochs}",
+                disable=not show,
+                leave=False,
+            )
             latest = f"{evaluation.balanced_accuracy:.3f}" if evaluation else "-"
 
             def on_batch(loss: torch.Tensor, bar: tqdm = bar, latest: str = latest) -> None:
@@ -102,7 +144,9 @@ def run(cfg: DictConfig) -> dict[str, float]:
                 if bar.n % 10 == 0:
                     bar.set_postfix(loss=f"{float(loss):.3f}", bal_acc=latest)
 
-            result = train_epoch(state, train_x, train_y, loss_fn, trainer.batch_size, augment, on_batch)
+            result = train_epoch(
+                state, train_x, train_y, loss_fn, trainer.batch_size, augment, on_batch
+            )
             bar.close()
             metrics, shares = sampling_metrics(sampler, result.delivered, names)
             shares_per_epoch.append(shares)
@@ -111,16 +155,33 @@ def run(cfg: DictConfig) -> dict[str, float]:
             if state.epoch % trainer.eval_every == 0 or state.epoch == trainer.epochs:
                 with autocast(device):
                     predictions = predict(model, test_x, trainer.eval_batch_size)
-                evaluation = evaluate(data.test_y.numpy(), predictions, counts, names, cfg.eval.many_shot, cfg.eval.few_shot)
+                evaluation = evaluate(
+                    data.test_y.numpy(),
+                    predictions,
+                    counts,
+                    names,
+                    cfg.eval.many_shot,
+                    cfg.eval.few_shot,
+                )
                 metrics.update(evaluation.metrics(names))
                 if best is None or evaluation.balanced_accuracy > best[0]:
                     best = (evaluation.balanced_accuracy, epoch, evaluation)
-                log.info("epoch %d/%d  loss %.4f  %s", epoch + 1, trainer.epochs, result.mean_loss, _headline(evaluation))
+                log.info(
+                    "epoch %d/%d  loss %.4f  %s",
+                    epoch + 1,
+                    trainer.epochs,
+                    result.mean_loss,
+                    _headline(evaluation),
+                )
             tracker.log_metrics(metrics, step=epoch)
             history.append(metrics)
 
         assert evaluation is not None and best is not None
-        summary = {**evaluation.metrics(names, "final"), **best[2].metrics(names, "best"), "best/epoch": best[1]}
+        summary = {
+            **evaluation.metrics(names, "final"),
+            **best[2].metrics(names, "best"),
+            "best/epoch": best[1],
+        }
         tracker.log_metrics(summary, step=trainer.epochs - 1)
         files: dict[str, Any] = {
             "config.yaml": OmegaConf.to_yaml(resolved),
@@ -128,10 +189,15 @@ def run(cfg: DictConfig) -> dict[str, float]:
             "best_classification_report.txt": f"best epoch {best[1]} (selected on the test set)\n\n{best[2].report}",
         }
         if cfg.tracking.plots:
-            files["confusion_matrix.png"] = plots.confusion_matrix_figure(evaluation.confusion, names)
-            files["per_class_accuracy.png"] = plots.per_class_accuracy_figure(evaluation.recall, counts, names)
+            files["confusion_matrix.png"] = plots.confusion_matrix_figure(
+                evaluation.confusion, names
+            )
+            files["per_class_accuracy.png"] = plots.per_class_accuracy_figure(
+                evaluation.recall, counts, names
+            )
             files["sampled_class_shares.png"] = plots.sampled_shares_figure(
-                np.stack(shares_per_epoch), sampler.target_class_shares().numpy(), names)
+                np.stack(shares_per_epoch), sampler.target_class_shares().numpy(), names
+            )
         tracker.log_artifacts(files)
         for figure in files.values():
             if hasattr(figure, "savefig"):
@@ -141,9 +207,12 @@ def run(cfg: DictConfig) -> dict[str, float]:
         raise
     tracker.finish()
     seconds = time.perf_counter() - started
-    print(f"\nsamplerlab: {choices['sampler']} on {choices['data']} ({choices['model']}, seed {cfg.seed}), "
-          f"{trainer.epochs} epochs in {seconds:.1f} s on {device.type}\n"
-          f"  final            {_headline(evaluation)}\n"
-          f"  best (epoch {best[1] + 1:>3})  {_headline(best[2])}   [selected on the test set: optimistic]\n"
-          f"  MLflow: {tracker.where()}", flush=True)
+    print(
+        f"\nsamplerlab: {choices['sampler']} on {choices['data']} ({choices['model']}, seed {cfg.seed}), "
+        f"{trainer.epochs} epochs in {seconds:.1f} s on {device.type}\n"
+        f"  final            {_headline(evaluation)}\n"
+        f"  best (epoch {best[1] + 1:>3})  {_headline(best[2])}   [selected on the test set: optimistic]\n"
+        f"  MLflow: {tracker.where()}",
+        flush=True,
+    )
     return summary

@@ -94,7 +94,9 @@ def check_targets(cfg: DictConfig) -> None:
         if accepts_any and inspect.isclass(target):
             # Sampler subclasses forward **kwargs to the base: check against the whole chain.
             parameters = {
-                name: p for cls in target.__mro__ if "__init__" in vars(cls)
+                name: p
+                for cls in target.__mro__
+                if "__init__" in vars(cls)
                 for name, p in inspect.signature(cls.__init__).parameters.items()
             }
         known = set(parameters) - {"self", "kwargs", "args"}
@@ -104,7 +106,10 @@ def check_targets(cfg: DictConfig) -> None:
             if key in supplied:
                 _fail(f"{group}.{key}", "is set by the runner; remove it from the config")
             if key not in known:
-                _fail(f"{group}.{key}", f"unknown parameter of {node._target_}; known: {sorted(known - supplied)}")
+                _fail(
+                    f"{group}.{key}",
+                    f"unknown parameter of {node._target_}; known: {sorted(known - supplied)}",
+                )
     trainer = cfg.trainer
     if trainer.schedule not in SCHEDULES:
         _fail("trainer.schedule", f"{trainer.schedule!r} is unknown; choose one of {SCHEDULES}")

@@ -54,10 +54,14 @@ class LongTailData:
         return tuple(self.train_x.shape[1:])
 
 
-def long_tail_counts(n_max: int, num_classes: int, imbalance_factor: float, profile: str = "exp") -> list[int]:
+def long_tail_counts(
+    n_max: int, num_classes: int, imbalance_factor: float, profile: str = "exp"
+) -> list[int]:
     """Per-class training counts, head first."""
     if imbalance_factor < 1:
-        raise ValueError(f"data.imbalance_factor must be >= 1 (1 = balanced), got {imbalance_factor}")
+        raise ValueError(
+            f"data.imbalance_factor must be >= 1 (1 = balanced), got {imbalance_factor}"
+        )
     if profile not in PROFILES:
         raise ValueError(f"data.profile={profile!r} is unknown; choose one of {PROFILES}")
     if num_classes == 1:
@@ -65,7 +69,10 @@ def long_tail_counts(n_max: int, num_classes: int, imbalance_factor: float, prof
     if profile == "step":
         head = num_classes - num_classes // 2
         return [n_max] * head + [int(n_max / imbalance_factor)] * (num_classes - head)
-    return [int(n_max * (1.0 / imbalance_factor) ** (i / (num_classes - 1.0))) for i in range(num_classes)]
+    return [
+        int(n_max * (1.0 / imbalance_factor) ** (i / (num_classes - 1.0)))
+        for i in range(num_classes)
+    ]
 
 
 def long_tail_subset(labels: np.ndarray, counts: Sequence[int], data_seed: int) -> np.ndarray:
@@ -75,36 +82,59 @@ def long_tail_subset(labels: np.ndarray, counts: Sequence[int], data_seed: int) 
     for c, n in enumerate(counts):
         members = np.flatnonzero(labels == c)
         if n > members.size:
-            raise ValueError(f"class {c} has {members.size} samples, the long-tail profile asks for {n}; lower data.n_max")
+            raise ValueError(
+                f"class {c} has {members.size} samples, the long-tail profile asks for {n}; lower data.n_max"
+            )
         rng.shuffle(members)
         keep.append(members[:n])
     return np.sort(np.concatenate(keep))
 
 
 def _make_long_tailed(
-    name: str, train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
-    class_names: list[str], imbalance_factor: float, profile: str, data_seed: int,
-    n_max: int | None, augment: Augment | None,
+    name: str,
+    train_x: np.ndarray,
+    train_y: np.ndarray,
+    test_x: np.ndarray,
+    test_y: np.ndarray,
+    class_names: list[str],
+    imbalance_factor: float,
+    profile: str,
+    data_seed: int,
+    n_max: int | None,
+    augment: Augment | None,
 ) -> LongTailData:
     pool = np.bincount(train_y, minlength=len(class_names))
     n_max = int(pool.min()) if n_max is None else n_max
     counts = long_tail_counts(n_max, len(class_names), imbalance_factor, profile)
     keep = long_tail_subset(train_y, counts, data_seed)
     return LongTailData(
-        train_x=torch.as_tensor(train_x[keep]), train_y=torch.as_tensor(train_y[keep]).long(),
-        test_x=torch.as_tensor(test_x), test_y=torch.as_tensor(test_y).long(),
-        class_names=class_names, name=name, imbalance_factor=float(imbalance_factor), augment=augment,
+        train_x=torch.as_tensor(train_x[keep]),
+        train_y=torch.as_tensor(train_y[keep]).long(),
+        test_x=torch.as_tensor(test_x),
+        test_y=torch.as_tensor(test_y).long(),
+        class_names=class_names,
+        name=name,
+        imbalance_factor=float(imbalance_factor),
+        augment=augment,
     )
 
 
 def synthetic_lt(
-    num_classes: int = 10, dim: int = 32, n_max: int = 500, test_per_class: int = 100,
-    separation: float = 3.0, noise: float = 1.0, imbalance_factor: float = 100.0,
-    profile: str = "exp", data_seed: int = 0,
+    num_classes: int = 10,
+    dim: int = 32,
+    n_max: int = 500,
+    test_per_class: int = 100,
+    separation: float = 3.0,
+    noise: float = 1.0,
+    imbalance_factor: float = 100.0,
+    profile: str = "exp",
+    data_seed: int = 0,
 ) -> LongTailData:
     """Gaussian class clusters: means drawn at ``separation`` scale, isotropic ``noise``."""
     if num_classes < 2 or dim < 1 or n_max < 1 or test_per_class < 1:
-        raise ValueError("data: num_classes >= 2, dim >= 1, n_max >= 1 and test_per_class >= 1 are required")
+        raise ValueError(
+            "data: num_classes >= 2, dim >= 1, n_max >= 1 and test_per_class >= 1 are required"
+        )
     rng = np.random.RandomState(data_seed)
     means = rng.randn(num_classes, dim) * separation / np.sqrt(dim) * np.sqrt(2)
 
@@ -115,13 +145,28 @@ def synthetic_lt(
     train_x, train_y = sample(n_max)
     test_x, test_y = sample(test_per_class)
     names = [f"class_{c}" for c in range(num_classes)]
-    return _make_long_tailed("synthetic_lt", train_x, train_y, test_x, test_y, names,
-                             imbalance_factor, profile, data_seed, n_max, None)
+    return _make_long_tailed(
+        "synthetic_lt",
+        train_x,
+        train_y,
+        test_x,
+        test_y,
+        names,
+        imbalance_factor,
+        profile,
+        data_seed,
+        n_max,
+        None,
+    )
 
 
 def digits_lt(
-    test_per_class: int = 50, n_max: int | None = None, imbalance_factor: float = 10.0,
-    profile: str = "exp", data_seed: int = 0, crop_padding: int = 1,
+    test_per_class: int = 50,
+    n_max: int | None = None,
+    imbalance_factor: float = 10.0,
+    profile: str = "exp",
+    data_seed: int = 0,
+    crop_padding: int = 1,
 ) -> LongTailData:
     """scikit-learn's bundled 8x8 digits: a balanced held-out test split, a long-tailed rest."""
     from sklearn.datasets import load_digits
@@ -131,22 +176,41 @@ def digits_lt(
     images = (images - 0.3) / 0.4
     labels = digits.target.astype(np.int64)
     rng = np.random.RandomState(data_seed)
-    test = np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:test_per_class] for c in range(10)])
+    test = np.concatenate(
+        [rng.permutation(np.flatnonzero(labels == c))[:test_per_class] for c in range(10)]
+    )
     train = np.setdiff1d(np.arange(labels.size), test)
     names = [str(c) for c in range(10)]
-    return _make_long_tailed("digits_lt", images[train], labels[train], images[test], labels[test], names,
-                             imbalance_factor, profile, data_seed, n_max, Augment(crop_padding, flip=False))
+    return _make_long_tailed(
+        "digits_lt",
+        images[train],
+        labels[train],
+        images[test],
+        labels[test],
+        names,
+        imbalance_factor,
+        profile,
+        data_seed,
+        n_max,
+        Augment(crop_padding, flip=False),
+    )
 
 
 def _normalise(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
-    """uint8 NHWC -> float32 NCHW, standardised per channel."""
-    x = images.astype(np.float32).transpose(0, 3, 1, 2) / 255.0
+    """uint8 NCHW -> float32 NCHW, standardised per channel."""
+    x = images.astype(np.float32) / 255.0
     return (x - np.asarray(mean, np.float32)[:, None, None]) / np.asarray(std, np.float32)[:, None, None]
 
 
 def _cifar(
-    variant: str, root: str, download: bool, verify: bool, imbalance_factor: float, profile: str,
-    data_seed: int, n_max: int | None,
+    variant: str,
+    root: str,
+    download: bool,
+    verify: bool,
+    imbalance_factor: float,
+    profile: str,
+    data_seed: int,
+    n_max: int | None,
 ) -> LongTailData:
     from torchvision import datasets
 
@@ -165,23 +229,41 @@ def _cifar(
     test = cls(root=str(Path(root).expanduser()), train=False, download=False)
     mean, std = CIFAR_STATS[variant]
     return _make_long_tailed(
-        f"{variant}_lt", _normalise(train.data, mean, std), np.asarray(train.targets),
-        _normalise(test.data, mean, std), np.asarray(test.targets), list(train.classes),
-        imbalance_factor, profile, data_seed, n_max, Augment(crop_padding=4, flip=True),
+        f"{variant}_lt",
+        _normalise(train.data.transpose(0, 3, 1, 2), mean, std),
+        np.asarray(train.targets),
+        _normalise(test.data.transpose(0, 3, 1, 2), mean, std),
+        np.asarray(test.targets),
+        list(train.classes),
+        imbalance_factor,
+        profile,
+        data_seed,
+        n_max,
+        Augment(crop_padding=4, flip=True),
     )
 
 
 def cifar10_lt(
-    root: str = "data", download: bool = False, verify: bool = True, imbalance_factor: float = 100.0,
-    profile: str = "exp", data_seed: int = 0, n_max: int | None = None,
+    root: str = "data",
+    download: bool = False,
+    verify: bool = True,
+    imbalance_factor: float = 100.0,
+    profile: str = "exp",
+    data_seed: int = 0,
+    n_max: int | None = None,
 ) -> LongTailData:
     """CIFAR-10-LT through torchvision (downloads only with ``download=True``)."""
     return _cifar("cifar10", root, download, verify, imbalance_factor, profile, data_seed, n_max)
 
 
 def cifar100_lt(
-    root: str = "data", download: bool = False, verify: bool = True, imbalance_factor: float = 100.0,
-    profile: str = "exp", data_seed: int = 0, n_max: int | None = None,
+    root: str = "data",
+    download: bool = False,
+    verify: bool = True,
+    imbalance_factor: float = 100.0,
+    profile: str = "exp",
+    data_seed: int = 0,
+    n_max: int | None = None,
 ) -> LongTailData:
     """CIFAR-100-LT through torchvision (downloads only with ``download=True``)."""
     return _cifar("cifar100", root, download, verify, imbalance_factor, profile, data_seed, n_max)
@@ -192,7 +274,9 @@ def _decode_folder(root: Path, cache_dir: Path) -> dict[str, object]:
     from torchvision import datasets
     from torchvision.io import ImageReadMode, decode_image
 
-    listing = sorted(str(p.relative_to(root)) + f":{p.stat().st_size}" for p in root.rglob("*") if p.is_file())
+    listing = sorted(
+        str(p.relative_to(root)) + f":{p.stat().st_size}" for p in root.rglob("*") if p.is_file()
+    )
     key = hashlib.sha256("\n".join([str(root.resolve()), *listing]).encode()).hexdigest()[:16]
     cache = cache_dir / f"image_folder-{key}.pt"
     if cache.exists():
@@ -210,24 +294,39 @@ def _decode_folder(root: Path, cache_dir: Path) -> dict[str, object]:
 
 
 def image_folder_lt(
-    root: str, cache_dir: str = "data/cache", imbalance_factor: float = 100.0, profile: str = "exp",
-    data_seed: int = 0, n_max: int | None = None, crop_padding: int = 4, flip: bool = True,
+    root: str,
+    cache_dir: str = "data/cache",
+    imbalance_factor: float = 100.0,
+    profile: str = "exp",
+    data_seed: int = 0,
+    n_max: int | None = None,
+    crop_padding: int = 4,
+    flip: bool = True,
 ) -> LongTailData:
     """Any ``root/{train,test}/<class>/*`` tree (torchvision ImageFolder layout; classes in sorted
     folder order, so the first folder is the head class). Images must share one size."""
     path = Path(root).expanduser()
     for split in ("train", "test"):
         if not (path / split).is_dir():
-            raise FileNotFoundError(f"data.root={root!r}: expected folders {path}/train/<class>/ and {path}/test/<class>/")
+            raise FileNotFoundError(
+                f"data.root={root!r}: expected folders {path}/train/<class>/ and {path}/test/<class>/"
+            )
     decoded = _decode_folder(path, Path(cache_dir).expanduser())
     train_x, test_x = decoded["train_x"], decoded["test_x"]
     mean = (train_x.double() / 255).mean(dim=(0, 2, 3)).tolist()
     std = (train_x.double() / 255).std(dim=(0, 2, 3)).tolist()
-    to_nhwc = (lambda x: x.permute(0, 2, 3, 1).numpy())
     return _make_long_tailed(
-        "image_folder_lt", _normalise(to_nhwc(train_x), mean, std), decoded["train_y"].numpy(),
-        _normalise(to_nhwc(test_x), mean, std), decoded["test_y"].numpy(), list(decoded["classes"]),
-        imbalance_factor, profile, data_seed, n_max, Augment(crop_padding, flip),
+        "image_folder_lt",
+        _normalise(train_x.numpy(), mean, std),
+        decoded["train_y"].numpy(),
+        _normalise(test_x.numpy(), mean, std),
+        decoded["test_y"].numpy(),
+        list(decoded["classes"]),
+        imbalance_factor,
+        profile,
+        data_seed,
+        n_max,
+        Augment(crop_padding, flip),
     )
 
 

@@ -15,7 +15,14 @@ from sklearn.metrics import (
     precision_recall_fscore_support,
 )
 
-HEADLINE = ("accuracy", "balanced_accuracy", "macro_f1", "many_accuracy", "medium_accuracy", "few_accuracy")
+HEADLINE = (
+    "accuracy",
+    "balanced_accuracy",
+    "macro_f1",
+    "many_accuracy",
+    "medium_accuracy",
+    "few_accuracy",
+)
 
 
 @dataclass
@@ -50,8 +57,12 @@ def shot_groups(train_counts: np.ndarray, many_shot: int, few_shot: int) -> dict
 
 
 def evaluate(
-    y_true: np.ndarray, y_pred: np.ndarray, train_counts: np.ndarray, class_names: list[str],
-    many_shot: int = 100, few_shot: int = 20,
+    y_true: np.ndarray,
+    y_pred: np.ndarray,
+    train_counts: np.ndarray,
+    class_names: list[str],
+    many_shot: int = 100,
+    few_shot: int = 20,
 ) -> Evaluation:
     labels = np.arange(len(class_names))
     precision, recall, f1, support = precision_recall_fscore_support(
@@ -67,10 +78,17 @@ def evaluate(
         accuracy=float(accuracy_score(y_true, y_pred)),
         balanced_accuracy=float(balanced_accuracy_score(y_true, y_pred)),
         macro_f1=float(f1_score(y_true, y_pred, labels=labels, average="macro", zero_division=0)),
-        many_accuracy=group_acc["many"], medium_accuracy=group_acc["medium"], few_accuracy=group_acc["few"],
-        precision=precision, recall=recall, f1=f1, support=support,
+        many_accuracy=group_acc["many"],
+        medium_accuracy=group_acc["medium"],
+        few_accuracy=group_acc["few"],
+        precision=precision,
+        recall=recall,
+        f1=f1,
+        support=support,
         confusion=confusion_matrix(y_true, y_pred, labels=labels),
-        report=classification_report(y_true, y_pred, labels=labels, target_names=class_names, zero_division=0, digits=4),
+        report=classification_report(
+            y_true, y_pred, labels=labels, target_names=class_names, zero_division=0, digits=4
+        ),
     )
 
 

@@ -20,7 +20,9 @@ def rule_weights(class_counts: torch.Tensor, rule: str, beta: float) -> torch.Te
     if rule == "inverse":
         raw = 1.0 / counts.clamp(min=1)
     else:
-        raw = (1.0 - beta) / (1.0 - torch.pow(torch.tensor(beta, dtype=torch.float64), counts)).clamp(min=1e-300)
+        raw = (1.0 - beta) / (
+            1.0 - torch.pow(torch.tensor(beta, dtype=torch.float64), counts)
+        ).clamp(min=1e-300)
     raw = torch.where(counts > 0, raw, 0.0)
     return raw / raw.sum() * int((counts > 0).sum())
 
@@ -38,8 +40,14 @@ class ClassWeightedLoss:
     """
 
     def __init__(
-        self, class_counts: torch.Tensor, sampler: object, epochs: int, weights: str | None = "auto",
-        beta: float = 0.999, gamma: float = 0.0, defer_fraction: float = 0.0,
+        self,
+        class_counts: torch.Tensor,
+        sampler: object,
+        epochs: int,
+        weights: str | None = "auto",
+        beta: float = 0.999,
+        gamma: float = 0.0,
+        defer_fraction: float = 0.0,
     ) -> None:
         if weights not in WEIGHT_RULES:
             raise ValueError(f"loss.weights={weights!r} is unknown; choose one of {WEIGHT_RULES}")
@@ -51,7 +59,9 @@ class ClassWeightedLoss:
             raise ValueError(f"loss.defer_fraction must lie in [0, 1), got {defer_fraction}")
         from_sampler = getattr(sampler, "class_loss_weights", None)
         if weights == "sampler" and from_sampler is None:
-            raise ValueError(f"loss.weights='sampler' but {type(sampler).__name__} provides no class loss weights; use sampler=hybrid or another loss.weights")
+            raise ValueError(
+                f"loss.weights='sampler' but {type(sampler).__name__} provides no class loss weights; use sampler=hybrid or another loss.weights"
+            )
         if weights in ("sampler", "auto") and from_sampler is not None:
             self.class_weights: torch.Tensor | None = from_sampler().float()
         elif weights in ("inverse", "effective"):
@@ -66,7 +76,9 @@ class ClassWeightedLoss:
             self.class_weights = self.class_weights.to(device)
         return self
 
-    def __call__(self, logits: torch.Tensor, targets: torch.Tensor, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, logits: torch.Tensor, targets: torch.Tensor, epoch: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return (weighted per-sample loss, unweighted per-sample cross-entropy)."""
         ce = F.cross_entropy(logits.float(), targets, reduction="none")
         loss = ce

@@ -13,7 +13,9 @@ from torch.nn import functional as F
 class MLP(nn.Sequential):
     """Flatten, then ``hidden`` ReLU layers, then a linear classifier."""
 
-    def __init__(self, in_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (256, 256)) -> None:
+    def __init__(
+        self, in_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (256, 256)
+    ) -> None:
         layers: list[nn.Module] = [nn.Flatten()]
         width = math.prod(in_shape)
         for size in hidden:
@@ -24,7 +26,11 @@ class MLP(nn.Sequential):
 
 
 def _conv_bn(cin: int, cout: int, stride: int = 1) -> list[nn.Module]:
-    return [nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+    return [
+        nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(inplace=True),
+    ]
 
 
 class SmallCNN(nn.Sequential):
@@ -33,11 +39,17 @@ class SmallCNN(nn.Sequential):
 
     def __init__(self, in_shape: Sequence[int], num_classes: int, width: int = 48) -> None:
         if len(in_shape) != 3:
-            raise ValueError(f"model=small_cnn needs image data (C, H, W), got input shape {tuple(in_shape)}; use model=mlp")
+            raise ValueError(
+                f"model=small_cnn needs image data (C, H, W), got input shape {tuple(in_shape)}; use model=mlp"
+            )
         super().__init__(
-            *_conv_bn(in_shape[0], width), *_conv_bn(width, 2 * width, 2),
-            *_conv_bn(2 * width, 2 * width), *_conv_bn(2 * width, 4 * width, 2),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * width, num_classes),
+            *_conv_bn(in_shape[0], width),
+            *_conv_bn(width, 2 * width, 2),
+            *_conv_bn(2 * width, 2 * width),
+            *_conv_bn(2 * width, 4 * width, 2),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(4 * width, num_classes),
         )
 
 
@@ -63,10 +75,14 @@ class _BasicBlock(nn.Module):
 class ResNet32(nn.Module):
     """CIFAR ResNet-32: 3 stages of 5 basic blocks (16, 32, 64 channels), ~0.46M parameters."""
 
-    def __init__(self, in_shape: Sequence[int], num_classes: int, blocks_per_stage: int = 5) -> None:
+    def __init__(
+        self, in_shape: Sequence[int], num_classes: int, blocks_per_stage: int = 5
+    ) -> None:
         super().__init__()
         if len(in_shape) != 3:
-            raise ValueError(f"model=resnet32 needs image data (C, H, W), got input shape {tuple(in_shape)}; use model=mlp")
+            raise ValueError(
+                f"model=resnet32 needs image data (C, H, W), got input shape {tuple(in_shape)}; use model=mlp"
+            )
         self.stem = nn.Sequential(*_conv_bn(in_shape[0], 16))
         blocks: list[nn.Module] = []
         cin = 16

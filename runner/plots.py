@@ -28,7 +28,9 @@ def confusion_matrix_figure(confusion: np.ndarray, class_names: list[str]) -> Fi
     return fig
 
 
-def per_class_accuracy_figure(recall: np.ndarray, train_counts: np.ndarray, class_names: list[str]) -> Figure:
+def per_class_accuracy_figure(
+    recall: np.ndarray, train_counts: np.ndarray, class_names: list[str]
+) -> Figure:
     """Test accuracy per class (bars) beside its training count (line, log scale)."""
     fig, ax = plt.subplots(figsize=(max(6, 0.3 * len(class_names)), 4))
     x = np.arange(len(class_names))
@@ -44,7 +46,9 @@ def per_class_accuracy_figure(recall: np.ndarray, train_counts: np.ndarray, clas
     return fig
 
 
-def sampled_shares_figure(shares_per_epoch: np.ndarray, target_last: np.ndarray, class_names: list[str]) -> Figure:
+def sampled_shares_figure(
+    shares_per_epoch: np.ndarray, target_last: np.ndarray, class_names: list[str]
+) -> Figure:
     """Stacked class shares of what was drawn, epoch by epoch."""
     epochs = np.arange(shares_per_epoch.shape[0])
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -53,7 +57,9 @@ def sampled_shares_figure(shares_per_epoch: np.ndarray, target_last: np.ndarray,
     ax.set_ylim(0, 1)
     ax.set_xlabel("epoch")
     ax.set_ylabel("share of drawn samples")
-    ax.set_title(f"Sampled class shares (last epoch's target: max {target_last.max():.2f}, min {target_last.min():.3f})")
+    ax.set_title(
+        f"Sampled class shares (last epoch's target: max {target_last.max():.2f}, min {target_last.min():.3f})"
+    )
     if len(class_names) <= 12:
         ax.legend(loc="center left", bbox_to_anchor=(1, 0.5), fontsize=8)
     return fig

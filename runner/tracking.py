@@ -58,8 +58,13 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).parent,
+        )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -72,8 +77,14 @@ def _chunks(items: list, size: int) -> Iterable[list]:
 class Tracker:
     """One MLflow run: params, tags, per-epoch metric batches, artifacts, final status."""
 
-    def __init__(self, uri: str | None, experiment: str, run_name: str, params: Mapping[str, str],
-                 tags: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        uri: str | None,
+        experiment: str,
+        run_name: str,
+        params: Mapping[str, str],
+        tags: Mapping[str, str],
+    ) -> None:
         self.uri = resolve_uri(uri)
         self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment_id = _experiment_id(self.client, self.uri, experiment)
@@ -81,7 +92,9 @@ class Tracker:
         parent = os.environ.get(PARENT_RUN_ENV)
         if parent:
             tags["mlflow.parentRunId"] = parent
-        self.run_id = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags).info.run_id
+        self.run_id = self.client.create_run(
+            self.experiment_id, run_name=run_name, tags=tags
+        ).info.run_id
         for chunk in _chunks([Param(k, v[:6000]) for k, v in params.items()], _BATCH):
             self.client.log_batch(self.run_id, params=chunk)
 
@@ -131,9 +144,11 @@ class SweepCallback(Callback):
         client = MlflowClient(tracking_uri=self.uri)
         experiment_id = _experiment_id(client, self.uri, config.tracking.experiment)
         overrides = OmegaConf.to_container(config.hydra.overrides.task)
-        run = client.create_run(experiment_id, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
-                                tags={"sweep": "parent", "overrides": " ".join(overrides),
-                                      "git_commit": git_commit()})
+        run = client.create_run(
+            experiment_id,
+            run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
+            tags={"sweep": "parent", "overrides": " ".join(overrides), "git_commit": git_commit()},
+        )
         self.parent_run_id = run.info.run_id
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -29,9 +29,12 @@ class TrainState:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "sampler": self.sampler.state_dict(),
-            "generator": self.generator.get_state(), "epoch": self.epoch,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "generator": self.generator.get_state(),
+            "epoch": self.epoch,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -68,10 +71,19 @@ def lr_lambda(cfg: TrainerConfig, steps_per_epoch: int) -> Callable[[int], float
     return factor
 
 
-def build_state(model: torch.nn.Module, sampler: Sampler, cfg: TrainerConfig, seed: int) -> TrainState:
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                weight_decay=cfg.weight_decay, nesterov=cfg.nesterov and cfg.momentum > 0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, batches_per_epoch(sampler, cfg.batch_size)))
+def build_state(
+    model: torch.nn.Module, sampler: Sampler, cfg: TrainerConfig, seed: int
+) -> TrainState:
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay,
+        nesterov=cfg.nesterov and cfg.momentum > 0,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(cfg, batches_per_epoch(sampler, cfg.batch_size))
+    )
     return TrainState(model, optimizer, scheduler, sampler, torch.Generator().manual_seed(seed))
 
 
@@ -86,8 +98,13 @@ def autocast(device: torch.device) -> AbstractContextManager:
 
 
 def train_epoch(
-    state: TrainState, train_x: torch.Tensor, train_y: torch.Tensor, loss_fn: Callable,
-    batch_size: int, augment: Augment | None, on_batch: Callable[[torch.Tensor], None] | None = None,
+    state: TrainState,
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    loss_fn: Callable,
+    batch_size: int,
+    augment: Augment | None,
+    on_batch: Callable[[torch.Tensor], None] | None = None,
 ) -> EpochResult:
     """One epoch in the sampler's order for ``state.epoch``; hands per-sample losses back to it."""
     sampler, model, device = state.sampler, state.model, train_x.device

@@ -211,12 +211,16 @@ class Sampler(TorchSampler):
         return units[self.rank : total : self.world_size]
 
     def __iter__(self) -> Iterator[Any]:
+        # Not a generator itself: the position must reset when iter() is called, not at next().
         units = self.epoch_indices()
         start, self._resume_at = self._resume_at, 0
         self._position = start
-        for unit in units[start:].tolist():
+        return self._yield_from(units[start:].tolist())
+
+    def _yield_from(self, items: list[Any]) -> Iterator[Any]:
+        for item in items:
             self._position += 1
-            yield unit
+            yield item
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch, position inside it (items yielded on this rank) and feedback state."""

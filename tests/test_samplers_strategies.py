@@ -1,0 +1,280 @@
+"""What each strategy draws, checked against its target with bounds from the distribution."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from scipy.stats import chi2
+
+import samplers
+from samplers import sampling_stats
+from samplers.strategies import schedule_progress
+
+LABELS = torch.tensor([0] * 500 + [1] * 200 + [2] * 60 + [3] * 15 + [4] * 3)
+COUNTS = torch.bincount(LABELS).double()
+
+
+def chi_square_ok(
+    indices: torch.Tensor, labels: torch.Tensor, target: torch.Tensor, level: float = 1e-4
+) -> None:
+    """Pearson's test of the drawn class counts against a multinomial with ``target``; fails
+    only when the p-value drops below ``level`` (fixed seeds: the outcome is deterministic)."""
+    counts = torch.bincount(labels[indices.reshape(-1)], minlength=target.numel()).double()
+    expected = target * counts.sum()
+    keep = expected > 0
+    assert counts[~keep].sum() == 0, "drew a class whose target share is zero"
+    statistic = float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum())
+    bound = chi2.ppf(1 - level, df=int(keep.sum()) - 1)
+    assert statistic < bound, f"chi-square {statistic:.1f} >= {bound:.1f}"
+
+
+@pytest.mark.parametrize(
+    ("q", "expected"),
+    [(1.0, COUNTS), (0.5, COUNTS.sqrt()), (0.0, torch.ones(5, dtype=torch.float64))],
+)
+def test_weighted_power_targets(q, expected):
+    sampler = samplers.WeightedSampler(LABELS, q=q, num_samples=50_000, seed=0)
+    target = expected / expected.sum()
+    assert torch.allclose(sampler.target_class_shares(), target)
+    chi_square_ok(sampler.epoch_indices(), LABELS, target)
+
+
+def test_weighted_effective_number_and_explicit_weights():
+    beta = 0.99
+    effective = (1 - beta) / (1 - beta**COUNTS)
+    sampler = samplers.WeightedSampler(LABELS, beta=beta, num_samples=40_000, seed=1)
+    assert torch.allclose(sampler.target_class_shares(), effective / effective.sum())
+    chi_square_ok(sampler.epoch_indices(), LABELS, effective / effective.sum())
+    scaled = samplers.WeightedSampler(
+        LABELS, class_weights=[5, 5, 10, 10, 20], num_samples=40_000, seed=2
+    )
+    target = torch.tensor([0.1, 0.1, 0.2, 0.2, 0.4], dtype=torch.float64)
+    assert torch.allclose(scaled.target_class_shares(), target)
+    chi_square_ok(scaled.epoch_indices(), LABELS, target)
+
+
+def test_sample_weights_are_drawn_in_proportion():
+    weights = torch.tensor([1.0, 2.0, 3.0, 4.0] * 25)
+    labels = torch.arange(100) % 4  # each "class" gathers one weight level
+    sampler = samplers.WeightedSampler(labels, sample_weights=weights, num_samples=30_000, seed=3)
+    chi_square_ok(
+        sampler.epoch_indices(), labels, torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    )
+
+
+def test_within_class_positions_are_uniform():
+    labels = torch.zeros(10, dtype=torch.long)
+    drawn = samplers.WeightedSampler(labels, num_samples=20_000, seed=4).epoch_indices()
+    chi_square_ok(drawn, torch.arange(10), torch.full((10,), 0.1, dtype=torch.float64))
+
+
+def test_without_replacement_draws_distinct_samples():
+    sampler = samplers.WeightedSampler(LABELS, q=0.0, replacement=False, num_samples=100, seed=5)
+    drawn = sampler.epoch_indices()
+    assert drawn.unique().numel() == 100
+    # The weighted order favours the tail: 100 picks under class-balanced weights hold every
+    # tail sample far more often than under instance-balanced ones.
+    assert (LABELS[drawn] == 4).sum() == 3
+    uniform = samplers.UniformSampler(LABELS, seed=5)
+    assert sorted(uniform.epoch_indices().tolist()) == list(range(len(LABELS)))
+
+
+def test_uniform_with_longer_epoch_and_replacement():
+    sampler = samplers.UniformSampler(LABELS, replacement=True, num_samples=3 * len(LABELS), seed=6)
+    assert len(sampler) == len(list(sampler)) == 3 * len(LABELS)
+    chi_square_ok(sampler.epoch_indices(), LABELS, COUNTS / COUNTS.sum())
+
+
+def test_fixed_class_k_by_m_batches_have_exact_composition():
+    sampler = samplers.FixedClassSampler(
+        LABELS, classes_per_batch=3, samples_per_class=3, num_batches=500, seed=7
+    )
+    batches = sampler.epoch_indices()
+    assert batches.shape == (500, 9) and len(list(sampler)) == len(sampler) == 500
+    seen_classes = torch.zeros(5)
+    for batch in batches:
+        classes, per_class = LABELS[batch].unique(return_counts=True)
+        assert classes.numel() == 3 and (per_class == 3).all()
+        assert batch.unique().numel() == 9, "no sample repeats inside a batch without replacement"
+        seen_classes[classes] += 1
+    # Classes chosen uniformly among those with >= 3 samples: each in 3/5 of the batches.
+    chi_square_ok(
+        torch.repeat_interleave(torch.arange(5), seen_classes.long()),
+        torch.arange(5),
+        torch.full((5,), 0.2, dtype=torch.float64),
+    )
+
+
+def test_fixed_class_uses_every_sample_of_a_class_before_repeating():
+    labels = torch.tensor([0] * 12 + [1] * 7)
+    sampler = samplers.FixedClassSampler(labels, quotas=[4, 2], num_batches=3, seed=8)
+    batches = sampler.epoch_indices()
+    for batch in batches:
+        assert (labels[batch] == 0).sum() == 4 and (labels[batch] == 1).sum() == 2
+    assert batches[:, :4].unique().numel() == 12  # three chunks of one permutation of class 0
+    assert batches[:, 4:].unique().numel() == 6  # 7 // 2 = 3 chunks: 6 distinct of class 1
+
+
+def test_fixed_class_validation():
+    with pytest.raises(ValueError, match="class 4 has 3 samples but a quota of 5"):
+        samplers.FixedClassSampler(LABELS, quotas=[5, 5, 5, 5, 5])
+    with pytest.raises(ValueError, match="batch_size=10 does not match"):
+        samplers.FixedClassSampler(LABELS, classes_per_batch=2, samples_per_class=4, batch_size=10)
+    with pytest.raises(ValueError, match="only 3 classes have at least 20"):
+        samplers.FixedClassSampler(LABELS, classes_per_batch=4, samples_per_class=20)
+    with pytest.raises(ValueError, match="num_batches must be a positive integer"):
+        samplers.FixedClassSampler(LABELS, classes_per_batch=2, samples_per_class=2, num_batches=0)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "step"])
+def test_annealed_moves_from_balanced_to_instance_shares(schedule):
+    sampler = samplers.AnnealedSampler(
+        LABELS, total_epochs=10, schedule=schedule, steps=2, num_samples=30_000
+    )
+    balanced, instance = torch.full((5,), 0.2, dtype=torch.float64), COUNTS / COUNTS.sum()
+    for epoch in (0, 3, 5, 10, 12):
+        sampler.set_epoch(epoch)
+        s = schedule_progress(epoch, 10, schedule, 2)
+        target = (1 - s) * balanced + s * instance
+        assert torch.allclose(sampler.target_class_shares(), target)
+        chi_square_ok(sampler.epoch_indices(), LABELS, target)
+    assert (
+        schedule_progress(0, 10, schedule, 2) == 0 and schedule_progress(10, 10, schedule, 2) == 1
+    )
+    assert schedule_progress(4, 10, "step", 2) == 0 and schedule_progress(5, 10, "step", 2) == 0.5
+
+
+def test_annealed_power_form_and_reverse_direction():
+    sampler = samplers.AnnealedSampler(LABELS, total_epochs=4, q_start=1.0, q_end=0.0, mode="power")
+    sampler.set_epoch(2)
+    expected = COUNTS**0.5
+    assert torch.allclose(sampler.target_class_shares(), expected / expected.sum())
+
+
+def test_hard_mined_moves_probability_toward_high_loss_samples():
+    labels = torch.zeros(100, dtype=torch.long)
+    sampler = samplers.HardMinedSampler(labels, num_samples=20_000, floor=0.2, seed=9)
+    first = sampler.epoch_indices()
+    chi_square_ok(first, torch.arange(100) // 10, torch.full((10,), 0.1, dtype=torch.float64))
+    hard = torch.arange(10)  # samples 0-9 get loss 5, the rest 0.5
+    sampler.update(torch.arange(100), torch.where(torch.arange(100) < 10, 5.0, 0.5))
+    sampler.set_epoch(1)
+    scores = torch.where(torch.arange(100) < 10, 5.0, 0.5).double()
+    expected = 0.8 * scores / scores.sum() + 0.2 / 100
+    assert torch.allclose(sampler.current_distribution().weights, expected)
+    drawn = sampler.epoch_indices()
+    share_hard = float(torch.isin(drawn, hard).double().mean())
+    p = float(expected[:10].sum())
+    assert abs(share_hard - p) < 4 * math.sqrt(p * (1 - p) / drawn.numel())
+    assert p > 0.4  # ten of a hundred samples now get more than 40% of the draws
+
+
+def test_hard_mined_ema_unseen_mean_and_class_balance():
+    labels = torch.tensor([0, 0, 0, 1])
+    sampler = samplers.HardMinedSampler(labels, momentum=0.5, floor=0.5, class_balanced=True)
+    assert torch.allclose(
+        sampler.target_class_shares(), torch.tensor([0.5, 0.5], dtype=torch.float64)
+    )
+    sampler.update([0, 0, 1], [2.0, 4.0, 1.0])  # duplicates average: sample 0 sees 3.0
+    sampler.update([0], [1.0])
+    assert torch.allclose(sampler.loss_ema[:2], torch.tensor([2.0, 1.0], dtype=torch.float64))
+    sampler.set_epoch(1)
+    weights = sampler.current_distribution().weights
+    # Unseen samples 2 and 3 score the mean 1.5; classes keep half the mass each.
+    assert torch.allclose(weights[labels == 1].sum(), torch.tensor(0.5, dtype=torch.float64))
+    assert torch.allclose(
+        weights[:3], 0.5 * torch.tensor([2.0, 1.0, 1.5], dtype=torch.float64) / 4.5 * 0.5 + 0.5 / 6
+    )
+
+
+def test_hybrid_share_times_weight_is_the_target():
+    sampler = samplers.HybridSampler(LABELS, q=0.5, num_samples=60_000, seed=10)
+    shares = sampler.target_class_shares()
+    assert torch.allclose(
+        shares * sampler.class_loss_weights(), torch.full((5,), 0.2, dtype=torch.float64)
+    )
+    stats = sampling_stats(sampler.epoch_indices(), LABELS, shares)
+    chi_square_ok(sampler.epoch_indices(), LABELS, COUNTS.sqrt() / COUNTS.sqrt().sum())
+    # What was actually drawn, times the weights, is the target up to sampling noise (~1/sqrt(n)).
+    assert torch.allclose(
+        stats.shares * sampler.class_loss_weights(),
+        torch.full((5,), 0.2, dtype=torch.float64),
+        atol=0.02,
+    )
+
+
+def test_sampling_stats_on_a_hand_computed_case():
+    labels = torch.tensor([0, 0, 1, 1, 2])
+    stats = sampling_stats(
+        torch.tensor([0, 0, 0, 2, 4, 4]), labels, torch.tensor([0.5, 0.25, 0.25])
+    )
+    assert stats.counts.tolist() == [3, 1, 2]
+    assert torch.allclose(stats.shares, torch.tensor([0.5, 1 / 6, 1 / 3], dtype=torch.float64))
+    assert stats.unique_ratio == 3 / 6 and stats.max_repeats == 3 and stats.never_drawn == 2 / 5
+    kl = 0.5 * math.log(1) + (1 / 6) * math.log((1 / 6) / 0.25) + (1 / 3) * math.log((1 / 3) / 0.25)
+    assert stats.kl_to_target == pytest.approx(kl)
+    assert stats.imbalance_ratio == pytest.approx(3.0)
+    assert sampling_stats(torch.tensor([0, 1]), labels).imbalance_ratio == math.inf
+
+
+BAD_INPUT = [
+    (lambda: samplers.UniformSampler([]), "labels: empty"),
+    (lambda: samplers.UniformSampler([0, -1]), "negative class id"),
+    (lambda: samplers.UniformSampler([0.5, 1.0]), "non-integer"),
+    (
+        lambda: samplers.UniformSampler([0, 1], num_samples=3),
+        "num_samples=3 exceeds the dataset size",
+    ),
+    (
+        lambda: samplers.WeightedSampler([0, 1], class_weights=[1, float("nan")]),
+        "class_weights: contains NaN",
+    ),
+    (
+        lambda: samplers.WeightedSampler([0, 1], class_weights=[1, float("inf")]),
+        "class_weights: contains NaN or infinite",
+    ),
+    (
+        lambda: samplers.WeightedSampler([0, 1], class_weights=[1, -1]),
+        "class_weights: contains negative",
+    ),
+    (
+        lambda: samplers.WeightedSampler([0, 1], sample_weights=[0, 0]),
+        "sample_weights: all weights are zero",
+    ),
+    (lambda: samplers.WeightedSampler([0, 1], sample_weights=[1, 1, 1]), "expected 2 values"),
+    (lambda: samplers.WeightedSampler([0, 1], q=1, beta=0.9), "at most one of"),
+    (
+        lambda: samplers.WeightedSampler([0, 1, 1], sample_weights=[1, 0, 1], replacement=False),
+        "exceeds the 2 samples with positive weight",
+    ),
+    (
+        lambda: samplers.AnnealedSampler([0, 1], total_epochs=0),
+        r"total_epochs \(T\) must be a positive",
+    ),
+    (
+        lambda: samplers.AnnealedSampler([0, 1], total_epochs=5, schedule="exp"),
+        "schedule='exp' is unknown",
+    ),
+    (lambda: samplers.HardMinedSampler([0, 1], floor=0), "floor must lie in"),
+    (lambda: samplers.HardMinedSampler([0, 1], momentum=1.0), "momentum must lie in"),
+    (lambda: samplers.UniformSampler([0, 1], rank=2, world_size=2), "rank must be an integer in"),
+    (lambda: samplers.UniformSampler([0, 1], seed=1.5), "seed must be an integer"),
+]
+
+
+@pytest.mark.parametrize(("build", "message"), BAD_INPUT)
+def test_bad_input_names_the_parameter(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_more_than_two_to_the_24_samples():
+    n = 2**24 + 1000  # torch.multinomial and WeightedRandomSampler refuse this many categories
+    labels = torch.zeros(n, dtype=torch.long)
+    labels[-1000:] = 1
+    sampler = samplers.WeightedSampler(labels, q=0.0, num_samples=200_000, seed=11)
+    drawn = sampler.epoch_indices()
+    assert int(drawn.max()) >= 2**24  # the tail beyond 2^24 is reachable
+    chi_square_ok(drawn, labels, torch.tensor([0.5, 0.5], dtype=torch.float64))
