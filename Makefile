@@ -1,0 +1,49 @@
+# samplerlab: `make run` sets everything up and runs the default experiment; `make test` tests.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.stamp-install
+# On these machines both come from local disk (a CUDA build that also runs on the CPU).
+TORCH  ?= torch==2.14.1 torchvision==0.29.1
+SWEEP  ?= sampler=uniform,weighted,fixed_class,annealed,hard_mined,hybrid seed=0,1,2
+PORT   ?= 5000
+
+.PHONY: help install run sweep test lint bench report ui clean
+
+help:  ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+install: $(STAMP)  ## create .venv and install samplerlab with its dev tools (once)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: install  ## the default experiment (synthetic long-tailed data, MLP, uniform sampler)
+	$(PY) -m runner
+
+sweep: install  ## every sampler x 3 seeds, one parent MLflow run (SWEEP="..." to change)
+	$(PY) -m runner -m $(SWEEP)
+
+test: install  ## the test suite
+	$(PY) -m pytest -q
+
+lint: install  ## ruff lint and format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+bench: install  ## sampler speed and memory against torch and pytorch-metric-learning
+	$(PY) -m experiments.bench
+
+report: install  ## compare the runs of an MLflow experiment (EXPERIMENT=samplerlab)
+	$(PY) -m experiments.report --experiment $${EXPERIMENT:-samplerlab}
+
+ui: install  ## MLflow UI for the local store on http://127.0.0.1:$(PORT)
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(PORT)
+
+clean:  ## remove the venv, caches, Hydra outputs (keeps mlflow.db and mlartifacts)
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis outputs multirun *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

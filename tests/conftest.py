@@ -1,0 +1,38 @@
+"""Shared fixtures: a real MLflow sqlite store per test (copied from one migrated template) and
+real Hydra composition of the project's config tree."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from runner.config import register
+
+ROOT = Path(__file__).resolve().parents[1]
+register()
+
+
+@pytest.fixture(scope="session")
+def migrated_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sqlite store with MLflow's migrations applied once (~2.6 s); copies open in 0.1 s."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("store") / "template.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def tracking_uri(migrated_store: Path, tmp_path: Path) -> str:
+    db = tmp_path / "mlflow.db"
+    shutil.copy(migrated_store, db)
+    return f"sqlite:///{db}"
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)

@@ -1,0 +1,133 @@
+"""Data sources: long-tail counts, real on-disk formats written by the tests, augmentation."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from runner import data
+
+
+@pytest.mark.parametrize(
+    ("n_max", "classes", "factor", "total"),
+    [(5000, 10, 100, 12_406), (5000, 10, 50, 13_996), (500, 100, 100, 10_847)],
+)
+def test_standard_cifar_lt_sizes(n_max, classes, factor, total):
+    counts = data.long_tail_counts(n_max, classes, factor)
+    assert sum(counts) == total
+    assert counts[0] == n_max and counts[-1] == n_max // factor
+
+
+def test_step_profile_and_bad_values():
+    assert data.long_tail_counts(100, 5, 10, "step") == [100, 100, 100, 10, 10]
+    with pytest.raises(ValueError, match="imbalance_factor must be >= 1"):
+        data.long_tail_counts(100, 5, 0.5)
+    with pytest.raises(ValueError, match="profile='linear' is unknown"):
+        data.long_tail_counts(100, 5, 10, "linear")
+
+
+def test_subset_is_fixed_by_the_data_seed():
+    labels = np.repeat(np.arange(3), 10)
+    a = data.long_tail_subset(labels, [10, 5, 2], data_seed=0)
+    assert np.bincount(labels[a]).tolist() == [10, 5, 2]
+    assert np.array_equal(a, data.long_tail_subset(labels, [10, 5, 2], data_seed=0))
+    assert not np.array_equal(a, data.long_tail_subset(labels, [10, 5, 2], data_seed=1))
+
+
+def test_synthetic_and_digits_follow_the_rule():
+    synthetic = data.synthetic_lt(num_classes=5, dim=4, n_max=80, test_per_class=7, imbalance_factor=16)
+    assert synthetic.train_counts.tolist() == data.long_tail_counts(80, 5, 16)
+    assert torch.bincount(synthetic.test_y).tolist() == [7] * 5
+    digits = data.digits_lt(test_per_class=50, imbalance_factor=10)
+    assert digits.in_shape == (1, 8, 8) and digits.class_names == [str(d) for d in range(10)]
+    assert torch.bincount(digits.test_y).tolist() == [50] * 10
+    n_max = int(digits.train_counts[0])
+    assert digits.train_counts.tolist() == data.long_tail_counts(n_max, 10, 10)
+
+
+def write_cifar(root: Path, variant: str, train_per_class: int, test_per_class: int) -> None:
+    """Tiny files in torchvision's real CIFAR on-disk format (pickled dicts of uint8 rows)."""
+    rng = np.random.RandomState(0)
+    classes = 10 if variant == "cifar10" else 100
+    label_key = "labels" if variant == "cifar10" else "fine_labels"
+
+    def batch(per_class: int) -> dict:
+        labels = np.repeat(np.arange(classes), per_class)
+        rng.shuffle(labels)
+        # Pixel values encode the label, so the test can check images stay with their labels.
+        pixels = np.repeat(labels[:, None] * 2, 3072, axis=1).astype(np.uint8)
+        return {"data": pixels, label_key: labels.tolist()}
+
+    def dump(path: Path, obj: dict) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(pickle.dumps(obj))
+
+    names = [f"c{i}" for i in range(classes)]
+    if variant == "cifar10":
+        folder = root / "cifar-10-batches-py"
+        train = batch(train_per_class)
+        for i in range(5):  # torchvision reads data_batch_1..5
+            dump(folder / f"data_batch_{i + 1}", {k: v[i::5] for k, v in train.items()})
+        dump(folder / "test_batch", batch(test_per_class))
+        dump(folder / "batches.meta", {"label_names": names})
+    else:
+        folder = root / "cifar-100-python"
+        dump(folder / "train", batch(train_per_class))
+        dump(folder / "test", batch(test_per_class))
+        dump(folder / "meta", {"fine_label_names": names})
+
+
+@pytest.mark.parametrize(("variant", "loader"), [("cifar10", data.cifar10_lt), ("cifar100", data.cifar100_lt)])
+def test_cifar_on_files_in_the_real_format(tmp_path, variant, loader):
+    write_cifar(tmp_path, variant, train_per_class=20, test_per_class=3)
+    ds = loader(root=str(tmp_path), verify=False, imbalance_factor=10)
+    classes = 10 if variant == "cifar10" else 100
+    assert ds.train_counts.tolist() == data.long_tail_counts(20, classes, 10)
+    assert torch.bincount(ds.test_y, minlength=classes).tolist() == [3] * classes
+    assert ds.in_shape == (3, 32, 32) and ds.class_names[:2] == ["c0", "c1"]
+    mean, std = data.CIFAR_STATS[variant]
+    raw = ds.train_x[:, 0, 0, 0] * std[0] + mean[0]
+    assert torch.allclose(raw * 255, ds.train_y.float() * 2, atol=1e-3)
+    with pytest.raises(RuntimeError, match="not found or corrupted"):
+        loader(root=str(tmp_path), verify=True)  # tiny files fail torchvision's checksums
+
+
+def test_missing_cifar_says_how_to_get_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="data.download=true"):
+        data.cifar10_lt(root=str(tmp_path / "nowhere"))
+
+
+def test_image_folder_decodes_once_and_caches(tmp_path):
+    root = tmp_path / "images"
+    for split, per_class in (("train", 6), ("test", 2)):
+        for c, name in enumerate(["ant", "bee", "cat"]):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                Image.fromarray(np.full((8, 8, 3), 40 * c + i, np.uint8)).save(folder / f"{i:04d}.png")
+    ds = data.image_folder_lt(str(root), cache_dir=str(tmp_path / "cache"), imbalance_factor=3)
+    assert ds.class_names == ["ant", "bee", "cat"] and ds.in_shape == (3, 8, 8)
+    assert ds.train_counts.tolist() == data.long_tail_counts(6, 3, 3)
+    assert len(list((tmp_path / "cache").iterdir())) == 1
+    again = data.image_folder_lt(str(root), cache_dir=str(tmp_path / "cache"), imbalance_factor=3)
+    assert torch.equal(again.train_x, ds.train_x)
+    with pytest.raises(FileNotFoundError, match="expected folders"):
+        data.image_folder_lt(str(tmp_path / "empty"))
+
+
+def test_batch_augmentation_crops_and_flips():
+    x = torch.arange(2 * 1 * 4 * 4, dtype=torch.float32).reshape(2, 1, 4, 4)
+    flipped = data.augment_batch(x, data.Augment(crop_padding=0, flip=True), torch.Generator().manual_seed(0))
+    for original, out in zip(x, flipped, strict=True):
+        assert torch.equal(out, original) or torch.equal(out, original.flip(2))
+    cropped = data.augment_batch(x, data.Augment(crop_padding=1), torch.Generator().manual_seed(1))
+    assert cropped.shape == x.shape
+    padded = torch.nn.functional.pad(x, (1, 1, 1, 1))
+    for i in range(2):  # every output is some 4x4 window of the padded image
+        windows = [padded[i, :, dy : dy + 4, dx : dx + 4] for dy in range(3) for dx in range(3)]
+        assert any(torch.equal(cropped[i], w) for w in windows)
