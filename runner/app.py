@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
@@ -56,6 +57,17 @@ def sampling_metrics(
     return metrics, stats.shares.numpy()
 
 
+def build(group: str, node: DictConfig, **supplied: Any) -> Any:
+    """``instantiate`` one group's object; its own error comes out unwrapped, naming the group."""
+    try:
+        return instantiate(node, **supplied, _convert_="all")
+    except InstantiationException as wrapped:
+        cause = wrapped.__cause__
+        if isinstance(cause, (ValueError, TypeError, FileNotFoundError)):
+            raise type(cause)(f"{group} ({node._target_}): {cause}") from cause
+        raise
+
+
 def _headline(evaluation: Evaluation) -> str:
     parts = [
         f"acc {evaluation.accuracy:.4f}",
@@ -90,14 +102,13 @@ def run(cfg: DictConfig) -> dict[str, float]:
     torch.manual_seed(cfg.seed)
 
     # Build everything first, so that any bad value fails before training or tracking starts.
-    data: LongTailData = instantiate(cfg.data)
-    sampler: Sampler = instantiate(cfg.sampler, labels=data.train_y)
-    model = instantiate(
-        cfg.model, in_shape=data.in_shape, num_classes=data.num_classes, _convert_="all"
-    ).to(device)
-    loss_fn = instantiate(
-        cfg.loss, class_counts=data.train_counts, sampler=sampler, epochs=trainer.epochs
-    ).to(device)
+    data: LongTailData = build("data", cfg.data)
+    sampler: Sampler = build("sampler", cfg.sampler, labels=data.train_y)
+    model = build("model", cfg.model, in_shape=data.in_shape, num_classes=data.num_classes)
+    loss_fn = build(
+        "loss", cfg.loss, class_counts=data.train_counts, sampler=sampler, epochs=trainer.epochs
+    )
+    model, loss_fn = model.to(device), loss_fn.to(device)
     state = build_state(model, sampler, trainer, cfg.seed)
     choices, overrides = _choices(cfg)
     names = data.class_names

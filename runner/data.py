@@ -199,7 +199,9 @@ def digits_lt(
 def _normalise(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
     """uint8 NCHW -> float32 NCHW, standardised per channel."""
     x = images.astype(np.float32) / 255.0
-    return (x - np.asarray(mean, np.float32)[:, None, None]) / np.asarray(std, np.float32)[:, None, None]
+    return (x - np.asarray(mean, np.float32)[:, None, None]) / np.asarray(std, np.float32)[
+        :, None, None
+    ]
 
 
 def _cifar(
@@ -226,11 +228,15 @@ def _cifar(
     # files in the same on-disk format, or a local re-export); the reading code is torchvision's.
     cls = base
     if not verify:  # torchvision's own checks, with checksums reduced to "the file exists"
-        cls = type(base.__name__, (base,), {
-            "train_list": [[name, None] for name, _ in base.train_list],
-            "test_list": [[name, None] for name, _ in base.test_list],
-            "meta": {**base.meta, "md5": None},
-        })
+        cls = type(
+            base.__name__,
+            (base,),
+            {
+                "train_list": [[name, None] for name, _ in base.train_list],
+                "test_list": [[name, None] for name, _ in base.test_list],
+                "meta": {**base.meta, "md5": None},
+            },
+        )
     train = cls(root=str(Path(root).expanduser()), train=True, download=download)
     test = cls(root=str(Path(root).expanduser()), train=False, download=False)
     mean, std = CIFAR_STATS[variant]

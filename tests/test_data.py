@@ -40,7 +40,9 @@ def test_subset_is_fixed_by_the_data_seed():
 
 
 def test_synthetic_and_digits_follow_the_rule():
-    synthetic = data.synthetic_lt(num_classes=5, dim=4, n_max=80, test_per_class=7, imbalance_factor=16)
+    synthetic = data.synthetic_lt(
+        num_classes=5, dim=4, n_max=80, test_per_class=7, imbalance_factor=16
+    )
     assert synthetic.train_counts.tolist() == data.long_tail_counts(80, 5, 16)
     assert torch.bincount(synthetic.test_y).tolist() == [7] * 5
     digits = data.digits_lt(test_per_class=50, imbalance_factor=10)
@@ -82,7 +84,9 @@ def write_cifar(root: Path, variant: str, train_per_class: int, test_per_class: 
         dump(folder / "meta", {"fine_label_names": names})
 
 
-@pytest.mark.parametrize(("variant", "loader"), [("cifar10", data.cifar10_lt), ("cifar100", data.cifar100_lt)])
+@pytest.mark.parametrize(
+    ("variant", "loader"), [("cifar10", data.cifar10_lt), ("cifar100", data.cifar100_lt)]
+)
 def test_cifar_on_files_in_the_real_format(tmp_path, variant, loader):
     write_cifar(tmp_path, variant, train_per_class=20, test_per_class=3)
     ds = loader(root=str(tmp_path), verify=False, imbalance_factor=10)
@@ -109,7 +113,9 @@ def test_image_folder_decodes_once_and_caches(tmp_path):
             folder = root / split / name
             folder.mkdir(parents=True)
             for i in range(per_class):
-                Image.fromarray(np.full((8, 8, 3), 40 * c + i, np.uint8)).save(folder / f"{i:04d}.png")
+                Image.fromarray(np.full((8, 8, 3), 40 * c + i, np.uint8)).save(
+                    folder / f"{i:04d}.png"
+                )
     ds = data.image_folder_lt(str(root), cache_dir=str(tmp_path / "cache"), imbalance_factor=3)
     assert ds.class_names == ["ant", "bee", "cat"] and ds.in_shape == (3, 8, 8)
     assert ds.train_counts.tolist() == data.long_tail_counts(6, 3, 3)
@@ -122,7 +128,9 @@ def test_image_folder_decodes_once_and_caches(tmp_path):
 
 def test_batch_augmentation_crops_and_flips():
     x = torch.arange(2 * 1 * 4 * 4, dtype=torch.float32).reshape(2, 1, 4, 4)
-    flipped = data.augment_batch(x, data.Augment(crop_padding=0, flip=True), torch.Generator().manual_seed(0))
+    flipped = data.augment_batch(
+        x, data.Augment(crop_padding=0, flip=True), torch.Generator().manual_seed(0)
+    )
     for original, out in zip(x, flipped, strict=True):
         assert torch.equal(out, original) or torch.equal(out, original.flip(2))
     cropped = data.augment_batch(x, data.Augment(crop_padding=1), torch.Generator().manual_seed(1))

@@ -13,7 +13,9 @@ def test_metrics_on_a_hand_computed_case():
     # (two of class 2 predicted as 0, two as 1).
     y_true = np.repeat([0, 1, 2], 4)
     y_pred = np.array([0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1])
-    result = evaluate(y_true, y_pred, train_counts=np.array([500, 50, 5]), class_names=["a", "b", "c"])
+    result = evaluate(
+        y_true, y_pred, train_counts=np.array([500, 50, 5]), class_names=["a", "b", "c"]
+    )
     assert result.accuracy == pytest.approx(6 / 12)
     assert result.balanced_accuracy == pytest.approx((1 + 0.5 + 0) / 3)
     assert result.recall.tolist() == pytest.approx([1.0, 0.5, 0.0])

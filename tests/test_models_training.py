@@ -30,8 +30,18 @@ def test_short_training_beats_chance(model, data, floor, tracking_uri):
     """Balanced test accuracy well above chance (0.1 on ten classes) after a few epochs."""
     from runner.app import run
 
-    cfg = compose_config([f"model={model}", f"data={data}", "sampler=weighted", "trainer.epochs=8", "trainer.batch_size=32",
-                          "trainer.progress=false", "tracking.plots=false", f"tracking.uri={tracking_uri}",
-                          "trainer.threads=2"])
+    cfg = compose_config(
+        [
+            f"model={model}",
+            f"data={data}",
+            "sampler=weighted",
+            "trainer.epochs=8",
+            "trainer.batch_size=32",
+            "trainer.progress=false",
+            "tracking.plots=false",
+            f"tracking.uri={tracking_uri}",
+            "trainer.threads=2",
+        ]
+    )
     summary = run(cfg)
     assert summary["final/balanced_accuracy"] > floor

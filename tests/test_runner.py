@@ -1,0 +1,156 @@
+"""The runner in-process: every config choice, bad values, tracking in a real sqlite store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.errors import ConfigCompositionException
+from hydra.utils import instantiate
+from mlflow.tracking import MlflowClient
+from omegaconf.errors import OmegaConfBaseException
+
+from runner.app import run
+from runner.config import check_targets
+from tests.conftest import ROOT, compose_config
+
+GROUPS = ("data", "model", "sampler", "loss", "trainer", "tracking")
+CHOICES = [(g, p.stem) for g in GROUPS for p in sorted((ROOT / "conf" / g).glob("*.yaml"))]
+QUICK = ["trainer.epochs=3", "trainer.progress=false"]
+
+
+@pytest.mark.parametrize(("group", "choice"), CHOICES, ids=[f"{g}={c}" for g, c in CHOICES])
+def test_every_choice_composes_and_builds(group, choice):
+    cfg = compose_config([f"{group}={choice}"])
+    check_targets(cfg)
+    labels = torch.tensor(
+        [0] * 300 + [1] * 100 + [2] * 40 + [3] * 20 + [4] * 16 + [5] * 16 + [6] * 16 + [7] * 16
+    )
+    sampler = instantiate(cfg.sampler, labels=labels)
+    assert len(list(sampler)) == len(sampler)
+    model = instantiate(cfg.model, in_shape=(3, 8, 8), num_classes=8, _convert_="all")
+    assert model(torch.zeros(2, 3, 8, 8)).shape == (2, 8)
+    instantiate(
+        cfg.loss, class_counts=torch.bincount(labels), sampler=sampler, epochs=cfg.trainer.epochs
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("trainer.epoch=3", "epoch"),
+        ("trainer.epochs=three", "trainer.epochs"),
+        ("sampler=annealing", "sampler"),
+        ("tracking.plot=false", "plot"),
+    ],
+)
+def test_composition_rejects_typos_and_wrong_types(override, key):
+    with pytest.raises((ConfigCompositionException, OmegaConfBaseException)) as error:
+        compose_config([override])
+    assert key in str(error.value) + str(error.value.__cause__)
+
+
+BAD_VALUES = [
+    (["+sampler.sedd=1"], "sampler.sedd"),
+    (["+sampler.labels=[0]"], "sampler.labels"),
+    (["trainer.schedule=exp"], "trainer.schedule"),
+    (["trainer.epochs=0"], "trainer.epochs"),
+    (["trainer.warmup_epochs=5"], "trainer.warmup_epochs"),
+    (["trainer.device=tpu"], "trainer.device"),
+    (["sampler=annealed", "sampler.schedule=bogus"], "schedule='bogus' is unknown"),
+    (["sampler=annealed", "sampler.total_epochs=0"], "total_epochs"),
+    (
+        ["sampler=weighted", "sampler.replacement=false", "sampler.num_samples=999999"],
+        "num_samples=999999",
+    ),
+    (["sampler=fixed_class", "trainer.batch_size=100"], "batch_size=100 does not match"),
+    (["sampler=hard_mined", "sampler.floor=0"], "floor must lie in"),
+    (["data.imbalance_factor=0.5"], "data.imbalance_factor"),
+    (["data=cifar10_lt", "data.root=/nonexistent"], "data.download=true"),
+    (["loss.weights=sampler"], "loss.weights='sampler'"),
+    (["loss=focal", "loss.gamma=-1"], "loss.gamma"),
+    (["model=small_cnn"], "use model=mlp"),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"), BAD_VALUES, ids=[" ".join(o) for o, _ in BAD_VALUES]
+)
+def test_bad_values_fail_before_training_and_keep_earlier_runs(overrides, message, tracking_uri):
+    client = MlflowClient(tracking_uri)
+    earlier = client.create_run(client.create_experiment("samplerlab")).info.run_id
+    client.log_metric(earlier, "kept", 1.0)
+    cfg = compose_config([*QUICK, f"tracking.uri={tracking_uri}", *overrides])
+    with pytest.raises((ValueError, FileNotFoundError), match=message.replace("[", r"\[")):
+        run(cfg)
+    runs = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
+    assert [r.info.run_id for r in runs] == [earlier]
+    assert client.get_run(earlier).data.metrics == {"kept": 1.0}
+
+
+def test_a_run_records_metrics_statistics_and_artifacts(tracking_uri, tmp_path):
+    cfg = compose_config([*QUICK, f"tracking.uri={tracking_uri}", "sampler=annealed", "seed=3"])
+    summary = run(cfg)
+    client = MlflowClient(tracking_uri)
+    (found,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
+    assert found.info.status == "FINISHED"
+    assert (
+        found.data.params["sampler.q_start"] == "0.0" and found.data.params["trainer.epochs"] == "3"
+    )
+    tags = found.data.tags
+    assert tags["sampler"] == "AnnealedSampler" and tags["imbalance_factor"] == "100.0"
+    assert len(tags["git_commit"]) in (40, 7) or tags["git_commit"] == "unknown"
+    metrics = found.data.metrics
+    names = [f"class_{c}" for c in range(10)]
+    for key in (
+        "train/loss",
+        "test/accuracy",
+        "test/balanced_accuracy",
+        "test/macro_f1",
+        "test/many_accuracy",
+        "test/medium_accuracy",
+        "test/few_accuracy",
+        "sampling/unique_ratio",
+        "sampling/max_repeats",
+        "sampling/never_drawn",
+        "sampling/kl_to_target",
+        "sampling/imbalance_ratio",
+        "final/balanced_accuracy",
+        "best/balanced_accuracy",
+        "best/epoch",
+    ):
+        assert key in metrics, key
+    for name in names:
+        for kind in ("test/recall", "test/precision", "test/f1", "sampling/share"):
+            assert f"{kind}/{name}" in metrics
+    assert metrics["final/balanced_accuracy"] == summary["final/balanced_accuracy"]
+    history = client.get_metric_history(found.info.run_id, "sampling/share/class_9")
+    assert [m.step for m in history] == [0, 1, 2]
+    # Annealed from class-balanced toward instance-balanced: the tail's share falls.
+    assert history[0].value > history[-1].value
+    artifacts = {a.path for a in client.list_artifacts(found.info.run_id)}
+    assert {
+        "config.yaml",
+        "classification_report.txt",
+        "best_classification_report.txt",
+        "confusion_matrix.png",
+        "per_class_accuracy.png",
+        "sampled_class_shares.png",
+    } <= artifacts
+    local = Path(
+        client.download_artifacts(found.info.run_id, "confusion_matrix.png", str(tmp_path))
+    )
+    assert local.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_same_config_and_seed_give_the_same_metrics(tracking_uri):
+    overrides = [
+        *QUICK,
+        f"tracking.uri={tracking_uri}",
+        "sampler=hard_mined",
+        "tracking.plots=false",
+    ]
+    first, second = run(compose_config(overrides)), run(compose_config(overrides))
+    assert first == second
+    assert run(compose_config([*overrides, "seed=1"])) != first
