@@ -1,0 +1,1 @@
+"""Named studies, the sampler benchmark and the comparison report."""

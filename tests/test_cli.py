@@ -1,0 +1,108 @@
+"""`python -m runner` as a user runs it: real subprocesses, real Hydra multiruns, MLflow reads."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+
+RUN = [sys.executable, "-m", "runner"]
+QUICK = ["trainer.epochs=2", "tracking.plots=false"]
+
+
+def cli(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([*RUN, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    if check:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def runs_of(uri: str):
+    mlflow.set_tracking_uri(uri)
+    return mlflow.search_runs(experiment_names=["samplerlab"], output_format="list")
+
+
+def test_default_run_uses_the_local_store_in_the_launch_directory(tmp_path, migrated_store):
+    shutil.copy(migrated_store, tmp_path / "mlflow.db")
+    started = time.perf_counter()
+    done = cli([], cwd=tmp_path)
+    assert time.perf_counter() - started < 60
+    assert "final" in done.stdout and "make ui" in done.stdout
+    (run,) = runs_of(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert run.info.run_name == "uniform-synthetic_lt-s0" and run.data.tags["sampler"] == "uniform"
+    assert run.data.tags["overrides"] == "(none)"
+    assert (tmp_path / "mlartifacts").is_dir()
+
+
+def test_sweep_gives_one_parent_with_nested_children(tmp_path, tracking_uri):
+    cli(
+        ["-m", "sampler=uniform,weighted", "seed=0,1", f"tracking.uri={tracking_uri}", *QUICK],
+        cwd=tmp_path,
+    )
+    runs = runs_of(tracking_uri)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 4
+    parent = parents[0]
+    assert parent.info.status == "FINISHED" and parent.data.tags["sweep"] == "parent"
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    assert sorted(c.info.run_name for c in children) == [
+        "uniform-synthetic_lt-s0",
+        "uniform-synthetic_lt-s1",
+        "weighted-synthetic_lt-s0",
+        "weighted-synthetic_lt-s1",
+    ]
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert (
+            "test/recall/class_9" in child.data.metrics
+            and "sampling/kl_to_target" in child.data.metrics
+        )
+        assert child.data.tags["overrides"].startswith("sampler=")
+
+
+def test_sweep_under_the_joblib_launcher(tmp_path, tracking_uri):
+    cli(
+        [
+            "-m",
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+            "sampler=hard_mined,fixed_class",
+            f"tracking.uri={tracking_uri}",
+            *QUICK,
+        ],
+        cwd=tmp_path,
+    )
+    runs = runs_of(tracking_uri)
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
+    assert parent.info.status == "FINISHED"
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_a_failed_job_fails_its_run_and_the_parent(tmp_path, tracking_uri, launcher):
+    # lr=1e30 diverges: the losses turn non-finite and the sampler refuses them mid-training.
+    done = cli(
+        [
+            "-m",
+            f"hydra/launcher={launcher}",
+            "trainer.lr=0.1,1e30",
+            "trainer.warmup_epochs=0",
+            f"tracking.uri={tracking_uri}",
+            *QUICK,
+        ],
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode != 0 and "NaN or infinite" in done.stderr
+    runs = runs_of(tracking_uri)
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    statuses = sorted(r.info.status for r in runs if "mlflow.parentRunId" in r.data.tags)
+    assert statuses == ["FAILED", "FINISHED"]
+    assert parent.info.status == "FAILED"
