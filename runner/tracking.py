@@ -168,3 +168,30 @@ class SweepCallback(Callback):
         client = MlflowClient(tracking_uri=self.uri)
         if client.get_run(self.parent_run_id).info.status == "RUNNING":
             client.set_terminated(self.parent_run_id, status="FINISHED")
+
+
+def load_runs(
+    uri: str | None, experiment: str, parent_run_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Finished child runs of an experiment (or of one sweep) as plain dicts, for reports."""
+    client = MlflowClient(tracking_uri=resolve_uri(uri))
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ValueError(
+            f"no MLflow experiment named {experiment!r} at {resolve_uri(uri)}; run `make run` first"
+        )
+    query = "attributes.status = 'FINISHED'"
+    if parent_run_id:
+        query += f" and tags.mlflow.parentRunId = '{parent_run_id}'"
+    runs = client.search_runs([found.experiment_id], filter_string=query, max_results=50_000)
+    return [
+        {
+            "run_id": r.info.run_id,
+            "name": r.info.run_name,
+            "tags": dict(r.data.tags),
+            "params": dict(r.data.params),
+            "metrics": dict(r.data.metrics),
+        }
+        for r in runs
+        if "sampler" in r.data.tags  # skip sweep parents
+    ]

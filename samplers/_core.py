@@ -9,12 +9,22 @@ cumulative table is float64 (float32 tables starve items at 10^7 samples), and n
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ClassWeights", "SampleWeights", "LabelIndex", "draw", "epoch_generator", "as_labels"]
+__all__ = [
+    "AliasTable",
+    "ClassWeights",
+    "SampleWeights",
+    "LabelIndex",
+    "as_labels",
+    "draw",
+    "epoch_seed",
+    "generator_for",
+]
 
 
 @dataclass(frozen=True)
@@ -84,27 +94,107 @@ class LabelIndex:
         self.counts = torch.bincount(labels, minlength=self.num_classes)
         self.offsets = torch.cumsum(self.counts, 0) - self.counts
         self.order = torch.argsort(labels, stable=True)
+        self._counts_f64 = self.counts.double()
 
     def __len__(self) -> int:
         return self.labels.numel()
 
     def member(self, classes: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Dataset index of the ``positions``-th member of each class in ``classes``."""
-        return self.order[self.offsets[classes] + positions]
+        return torch.index_select(
+            self.order, 0, torch.index_select(self.offsets, 0, classes) + positions
+        )
 
     def uniform_members(self, classes: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """One uniformly chosen member of each class in ``classes`` (with replacement)."""
-        counts = self.counts[classes]
         u = torch.rand(classes.numel(), dtype=torch.float64, generator=generator)
-        # u < 1, but u * count can round up to count in float64: clamp to the last member.
-        positions = torch.minimum((u * counts).long(), counts - 1)
-        return self.member(classes, positions)
+        # floor(u * n) < n for every float64 u < 1 and integer n < 2^53: the product's exact
+        # value n - n*2^-53 (at most) lies closer to n - ulp than to n, so it never rounds up.
+        positions = u.mul_(torch.index_select(self._counts_f64, 0, classes)).long()
+        positions += torch.index_select(self.offsets, 0, classes)
+        return torch.index_select(self.order, 0, positions)
 
 
-def epoch_generator(seed: int, epoch: int, stream: str = "draw") -> torch.Generator:
-    """A CPU generator that is a pure function of (seed, epoch, stream), independent of the global RNG."""
-    digest = hashlib.blake2b(f"{seed}:{epoch}:{stream}".encode(), digest_size=8).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
+_GOLDEN = 0x9E3779B97F4A7C15
+_MASK63 = (1 << 63) - 1
+#: Draws with replacement run in chunks of this many indices, each from its own generator, so
+#: the result does not depend on how many threads produced it (and chunks stay in cache).
+CHUNK = 1 << 16
+_pool: ThreadPoolExecutor | None = None
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """A 63-bit seed that is a pure function of (seed, epoch), independent of the global RNG."""
+    digest = hashlib.blake2b(f"{seed}:{epoch}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & _MASK63
+
+
+def generator_for(seed: int, stream: int = 0) -> torch.Generator:
+    """A fresh CPU generator for one stream (e.g. one chunk) of a 63-bit seed."""
+    return torch.Generator().manual_seed((seed + (stream + 1) * _GOLDEN) & _MASK63)
+
+
+class AliasTable:
+    """Walker's alias table over K items: O(1) per draw, exact up to float64 rounding.
+
+    Built without a Python loop over items: with weights scaled to mean 1, light items (< 1) and
+    heavy items are swept in index order, so each light bucket's deficit comes from the heavy
+    item whose cumulative excess covers it, and each heavy item, once its residual drops below
+    1, takes the rest of its bucket from the next heavy item. Both assignments are one
+    ``searchsorted`` over the cumulative deficits and excesses.
+    """
+
+    def __init__(self, weights: torch.Tensor) -> None:
+        k = weights.numel()
+        scaled = weights.double() * (k / weights.sum(dtype=torch.float64))
+        self.keep = torch.ones(k, dtype=torch.float64)
+        self.alias = torch.arange(k)
+        light = torch.nonzero(scaled < 1.0).flatten()
+        heavy = torch.nonzero(scaled >= 1.0).flatten()
+        if light.numel() and heavy.numel():
+            light_scaled = torch.index_select(scaled, 0, light)
+            deficit = torch.cumsum(1.0 - light_scaled, 0)
+            excess = torch.cumsum(torch.index_select(scaled, 0, heavy) - 1.0, 0)
+            last = heavy.numel() - 1
+            # Light i is filled by the first heavy j whose cumulative excess reaches D_{i-1}.
+            donor = torch.searchsorted(excess, deficit - (1.0 - light_scaled)).clamp_(max=last)
+            self.keep.index_copy_(0, light, light_scaled)
+            self.alias.index_copy_(0, light, torch.index_select(heavy, 0, donor))
+            # Heavy j turns light at the first light with D_i > E_j; it keeps 1 + E_j - D_i and
+            # takes the rest of its bucket from heavy j + 1. The last heavy keeps a whole bucket.
+            turn = torch.searchsorted(deficit[:-1], excess[:-1], right=True)
+            residual = 1.0 + excess[:-1] - torch.index_select(deficit, 0, turn)
+            self.keep.index_copy_(0, heavy[:-1], residual.clamp_(0.0, 1.0))
+            self.alias.index_copy_(0, heavy[:-1], heavy[1:])
+
+    def sample(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        bucket = torch.randint(0, self.keep.numel(), (count,), generator=generator)
+        u = torch.rand(count, dtype=torch.float64, generator=generator)
+        stays = u < torch.index_select(self.keep, 0, bucket)
+        return torch.where(stays, bucket, torch.index_select(self.alias, 0, bucket))
+
+
+def _in_chunks(
+    count: int, seed: int, produce: Callable[[int, torch.Generator], torch.Tensor]
+) -> torch.Tensor:
+    """``produce(size, generator)`` for each chunk of ``count``, on a small thread pool."""
+    global _pool
+    out = torch.empty(count, dtype=torch.long)
+
+    def fill(chunk: int) -> None:
+        start = chunk * CHUNK
+        size = min(CHUNK, count - start)
+        out[start : start + size] = produce(size, generator_for(seed, chunk))
+
+    chunks = range(-(-count // CHUNK))
+    if len(chunks) == 1:
+        fill(0)
+        return out
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=max(1, min(torch.get_num_threads(), 8)))
+    for done in _pool.map(fill, chunks):  # torch releases the GIL inside its kernels
+        del done
+    return out
 
 
 def draw(
@@ -112,42 +202,28 @@ def draw(
     index: LabelIndex,
     num_samples: int,
     replacement: bool,
-    generator: torch.Generator,
+    seed: int,
 ) -> torch.Tensor:
-    """Draw ``num_samples`` dataset indices (int64) from ``distribution``.
+    """Draw ``num_samples`` dataset indices (int64) from ``distribution``, determined by ``seed``.
 
-    With replacement the cost is O(num_samples) for class weights and O(num_samples log N) for
-    sample weights. Without replacement it is a weighted random order (Efraimidis-Spirakis
-    exponential keys), which reduces to ``randperm`` when all samples weigh the same.
+    With replacement: an alias table over classes (then a uniform member of the class) or over
+    samples; O(num_samples) per draw after an O(K log K) table. Without replacement: a weighted
+    random order (Efraimidis-Spirakis exponential keys), ``randperm`` when all samples weigh the
+    same.
     """
     if isinstance(distribution, ClassWeights):
         if replacement:
-            return _draw_classes(distribution.weights, index, num_samples, generator)
+            table = AliasTable(distribution.weights)
+            return _in_chunks(
+                num_samples, seed, lambda n, g: index.uniform_members(table.sample(n, g), g)
+            )
         sample_weights = (distribution.weights / index.counts.clamp(min=1))[index.labels]
     else:
         sample_weights = distribution.weights
     if replacement:
-        return _draw_samples(sample_weights, num_samples, generator)
-    return _weighted_order(sample_weights, num_samples, generator)
-
-
-def _draw_classes(
-    weights: torch.Tensor, index: LabelIndex, num_samples: int, generator: torch.Generator
-) -> torch.Tensor:
-    cumulative = torch.cumsum(weights, 0, dtype=torch.float64)
-    u = torch.rand(num_samples, dtype=torch.float64, generator=generator) * cumulative[-1]
-    # right=True: u lands in [cum[c-1], cum[c]), so a zero-weight class is never chosen.
-    classes = torch.searchsorted(cumulative, u, right=True).clamp_(max=weights.numel() - 1)
-    del u
-    return index.uniform_members(classes, generator)
-
-
-def _draw_samples(
-    weights: torch.Tensor, num_samples: int, generator: torch.Generator
-) -> torch.Tensor:
-    cumulative = torch.cumsum(weights, 0, dtype=torch.float64)
-    u = torch.rand(num_samples, dtype=torch.float64, generator=generator) * cumulative[-1]
-    return torch.searchsorted(cumulative, u, right=True).clamp_(max=weights.numel() - 1)
+        table = AliasTable(sample_weights)
+        return _in_chunks(num_samples, seed, table.sample)
+    return _weighted_order(sample_weights, num_samples, generator_for(seed))
 
 
 def _weighted_order(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -17,7 +18,7 @@ from samplers._core import (
     SampleWeights,
     as_labels,
     draw,
-    epoch_generator,
+    epoch_seed,
 )
 
 __all__ = ["Sampler"]
@@ -102,8 +103,8 @@ class Sampler(TorchSampler):
         self.rank, self.world_size = _distributed_defaults(rank, world_size)
         self.drop_last = drop_last
         self.epoch = 0
-        self._position = 0
         self._resume_at = 0
+        self._live: tuple[int, Iterator[Any]] | None = None
         self._drawn: tuple[int, Distribution, torch.Tensor] | None = None
 
     # ------------------------------------------------------------------ strategy hooks
@@ -117,9 +118,9 @@ class Sampler(TorchSampler):
         Called by :meth:`update`. The default ignores feedback.
         """
 
-    def _draw(self, distribution: Distribution, generator: torch.Generator) -> torch.Tensor:
+    def _draw(self, distribution: Distribution, seed: int) -> torch.Tensor:
         """The global draw of one epoch (its first dimension is what ranks share)."""
-        return draw(distribution, self.index, self.num_samples, self.replacement, generator)
+        return draw(distribution, self.index, self.num_samples, self.replacement, seed)
 
     # ------------------------------------------------------------------ public protocol
     @property
@@ -150,8 +151,8 @@ class Sampler(TorchSampler):
         if epoch != self.epoch:
             self._drawn = None
         self.epoch = epoch
-        self._position = 0
         self._resume_at = 0
+        self._live = None
 
     def update(
         self, indices: torch.Tensor | Sequence[int], losses: torch.Tensor | Sequence[float]
@@ -196,7 +197,7 @@ class Sampler(TorchSampler):
         """The global draw of the current epoch, over all ranks, before padding."""
         if self._drawn is None or self._drawn[0] != self.epoch:
             distribution = self.distribution(self.epoch)
-            units = self._draw(distribution, epoch_generator(self.seed, self.epoch))
+            units = self._draw(distribution, epoch_seed(self.seed, self.epoch))
             self._drawn = (self.epoch, distribution, units)
         return self._drawn[2]
 
@@ -211,16 +212,20 @@ class Sampler(TorchSampler):
         return units[self.rank : total : self.world_size]
 
     def __iter__(self) -> Iterator[Any]:
-        # Not a generator itself: the position must reset when iter() is called, not at next().
         units = self.epoch_indices()
         start, self._resume_at = self._resume_at, 0
-        self._position = start
-        return self._yield_from(units[start:].tolist())
+        # A plain list iterator (C speed); the position is read off its remaining length.
+        iterator = iter(units[start:].tolist())
+        self._live = (len(units), iterator)
+        return iterator
 
-    def _yield_from(self, items: list[Any]) -> Iterator[Any]:
-        for item in items:
-            self._position += 1
-            yield item
+    @property
+    def _position(self) -> int:
+        """Items of the current epoch already yielded on this rank."""
+        if self._live is None:
+            return self._resume_at
+        end, iterator = self._live
+        return end - operator.length_hint(iterator)
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch, position inside it (items yielded on this rank) and feedback state."""
@@ -250,6 +255,7 @@ class Sampler(TorchSampler):
         if "epoch_distribution" in state:
             kind, weights = state["epoch_distribution"]
             frozen = {"ClassWeights": ClassWeights, "SampleWeights": SampleWeights}[kind](weights)
-            units = self._draw(frozen, epoch_generator(self.seed, self.epoch))
+            units = self._draw(frozen, epoch_seed(self.seed, self.epoch))
             self._drawn = (self.epoch, frozen, units)
-        self._position = self._resume_at = state["position"]
+        self._resume_at = state["position"]
+        self._live = None

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from samplers._core import ClassWeights, Distribution
+from samplers._core import ClassWeights, Distribution, generator_for
 from samplers.base import Sampler
 
 __all__ = ["FixedClassSampler"]
@@ -107,7 +107,8 @@ class FixedClassSampler(Sampler):
         weights[self.eligible] = 1.0
         return ClassWeights(weights)
 
-    def _draw(self, distribution: Distribution, generator: torch.Generator) -> torch.Tensor:
+    def _draw(self, distribution: Distribution, seed: int) -> torch.Tensor:
+        generator = generator_for(seed)
         slot_class, take = self._slots(generator)
         # Expand slots to items: item k of a slot is the k-th of its class's chunk.
         item_slot = torch.repeat_interleave(torch.arange(slot_class.numel()), take)
@@ -154,12 +155,18 @@ class FixedClassSampler(Sampler):
         perm_size = counts[perm_class]
         perm_start = torch.cumsum(perm_size, 0) - perm_size
         first_perm = torch.cumsum(perms, 0) - perms
-        # One sort of (permutation id + random key) shuffles every permutation at once.
-        element_perm = torch.repeat_interleave(torch.arange(perm_class.numel()), perm_size)
-        member = torch.arange(element_perm.numel()) - perm_start[element_perm]
-        # Keys in [0, 0.5) so that id + key never rounds up into the next permutation's range.
-        keys = torch.rand(element_perm.numel(), dtype=torch.float64, generator=generator) * 0.5
-        shuffled = member[torch.argsort(element_perm.double() + keys, stable=True)]
+        # One sort of (permutation id + random key in [0, 0.5)) shuffles every permutation at
+        # once; 0.5 keeps id + key from rounding up into the next id. Sorting keeps each
+        # permutation in its own range, so an element's member position is its sorted source
+        # index minus the start of the range it sits in.
+        total = int(perm_size.sum())
+        keys = torch.rand(total, dtype=torch.float64, generator=generator).mul_(0.5)
+        keys += torch.repeat_interleave(
+            torch.arange(perm_size.numel(), dtype=torch.float64), perm_size
+        )
+        shuffled = torch.argsort(keys, stable=True)
+        del keys
+        shuffled -= torch.repeat_interleave(perm_start, perm_size)
         perm_of_slot = first_perm[slot_class] + rank_in_class // chunks_per_perm[slot_class]
         start = perm_start[perm_of_slot] + (rank_in_class % chunks_per_perm[slot_class]) * take
         return shuffled, start

@@ -8,12 +8,16 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hypothesis import settings
 from omegaconf import DictConfig
 
 from runner.config import register
 
 ROOT = Path(__file__).resolve().parents[1]
 register()
+# Property tests explore the same examples on every run: CI stays reproducible.
+settings.register_profile("samplerlab", derandomize=True, database=None)
+settings.load_profile("samplerlab")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,214 @@
+"""`make bench`: seconds per epoch to produce the epoch's indices, side by side in one run.
+
+For each N: every samplerlab strategy (the epoch's index tensor, and iterating it as Python ints,
+the DataLoader path) beside torch's ``WeightedRandomSampler`` (``list(sampler)``, with
+replacement, class-balanced per-sample weights), ``torch.multinomial`` on the same weights, and
+for ``fixed_class`` pytorch-metric-learning's ``MPerClassSampler``. Ratios are baseline time /
+our time (above 1: we are faster). Labels: 100 classes, long-tailed with imbalance factor 100.
+
+    python -m experiments.bench [--sizes 1e4 1e5 ...] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import resource
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+from torch.utils.data import WeightedRandomSampler
+
+import samplers
+
+MULTINOMIAL_LIMIT = 2**24
+MPC_LIMIT = 10**6  # MPerClassSampler takes ~50 s per epoch at 10^6 on 2 cores
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def long_tail_labels(n: int, classes: int = 100, factor: float = 100.0) -> torch.Tensor:
+    shares = torch.tensor(
+        [(1 / factor) ** (i / (classes - 1)) for i in range(classes)], dtype=torch.float64
+    )
+    counts = (shares / shares.sum() * n).floor().long()
+    counts[0] += n - int(counts.sum())
+    labels = torch.repeat_interleave(torch.arange(classes), counts)
+    return labels[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+class PeakMemory:
+    """Peak resident memory above the starting level, polled every 5 ms in a thread."""
+
+    def __enter__(self) -> PeakMemory:
+        self.start = self.peak = rss()
+        self.running = True
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+        return self
+
+    def _poll(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, rss())
+            time.sleep(0.005)
+
+    def __exit__(self, *exc: object) -> None:
+        self.running = False
+        self.thread.join()
+        self.peak = max(self.peak, rss())
+
+    @property
+    def grown_gib(self) -> float:
+        return (self.peak - self.start) / 2**30
+
+
+def best_of(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def hard_mined_after_feedback(labels: torch.Tensor) -> samplers.Sampler:
+    sampler = samplers.HardMinedSampler(labels, seed=0)
+    sampler.update(torch.arange(labels.numel()), torch.rand(labels.numel(), dtype=torch.float64))
+    return sampler
+
+
+# Built one at a time: at N = 10^8 each sampler's label index alone holds 1.6 GB.
+STRATEGIES: dict[str, Callable[[torch.Tensor], samplers.Sampler]] = {
+    "uniform": lambda y: samplers.UniformSampler(y, seed=0),
+    "weighted (class-balanced)": lambda y: samplers.WeightedSampler(y, q=0.0, seed=0),
+    "weighted (sample weights)": lambda y: samplers.WeightedSampler(
+        y, sample_weights=1.0 / torch.bincount(y)[y].double(), seed=0
+    ),
+    "fixed_class (8x4, no repl.)": lambda y: samplers.FixedClassSampler(
+        y, classes_per_batch=8, samples_per_class=4, seed=0
+    ),
+    "annealed": lambda y: samplers.AnnealedSampler(y, total_epochs=10, seed=0),
+    "hard_mined (after feedback)": hard_mined_after_feedback,
+    "hybrid": lambda y: samplers.HybridSampler(y, seed=0),
+}
+
+
+def fresh_epoch(sampler: samplers.Sampler, as_ints: bool = False) -> Callable[[], object]:
+    """One new epoch per call, so every timing includes the draw."""
+    epoch = iter(range(1, 10**6))
+
+    def produce() -> object:
+        sampler.set_epoch(next(epoch))
+        return list(sampler) if as_ints else sampler.epoch_indices()
+
+    return produce
+
+
+def row(name: str, seconds: float | None, n: int, baseline: float | None, note: str = "") -> str:
+    if seconds is None:
+        return f"  {name:<38} {'—':>9} {'':>10} {'':>9}  {note}"
+    ratio = f"{baseline / seconds:8.1f}x" if baseline else ""
+    return f"  {name:<38} {seconds:9.4f} {n / seconds / 1e6:10.2f} {ratio:>9}  {note}"
+
+
+def bench(n: int, repeats: int) -> None:
+    labels = long_tail_labels(n)
+    print(
+        f"\nN = {n:,}  (seconds per epoch | M indices/s | speed-up over the baseline in brackets)"
+    )
+    print(f"  {'':<38} {'seconds':>9} {'M idx/s':>10} {'ratio':>9}")
+    if n <= MULTINOMIAL_LIMIT:
+        weights = 1.0 / torch.bincount(labels)[labels].double()
+        wrs = WeightedRandomSampler(
+            weights, n, replacement=True, generator=torch.Generator().manual_seed(0)
+        )
+        t_wrs = best_of(lambda: list(wrs), repeats)
+        t_mult = best_of(lambda: torch.multinomial(weights, n, replacement=True), repeats)
+        print(row("[baseline] list(WeightedRandomSampler)", t_wrs, n, None))
+        print(row("[baseline] torch.multinomial", t_mult, n, None))
+        del wrs, weights
+    else:
+        t_wrs = t_mult = None
+        weights = torch.ones(n, dtype=torch.float64)
+        for name, attempt in (
+            ("list(WeightedRandomSampler)", lambda: list(WeightedRandomSampler(weights, n))),
+            ("torch.multinomial", lambda: torch.multinomial(weights, n, replacement=True)),
+        ):
+            try:
+                attempt()
+                note = "ran (unexpected)"
+            except RuntimeError as err:
+                note = f"fails: {str(err).splitlines()[0][:60]}"
+            print(row(f"[baseline] {name}", None, n, None, note))
+        del weights
+    t_mpc = None
+    if n <= MPC_LIMIT:
+        from pytorch_metric_learning.samplers import MPerClassSampler
+
+        mpc = MPerClassSampler(labels.numpy(), m=4, batch_size=32, length_before_new_iter=n)
+        t_mpc = best_of(lambda: list(mpc), 1)
+        print(row("[baseline] list(MPerClassSampler m=4)", t_mpc, n, None))
+    else:
+        print(
+            row(
+                "[baseline] list(MPerClassSampler m=4)",
+                None,
+                n,
+                None,
+                f"skipped above {MPC_LIMIT:,} (minutes per epoch)",
+            )
+        )
+    for name, build in STRATEGIES.items():
+        sampler = build(labels)
+        with PeakMemory() as memory:
+            t_tensor = best_of(fresh_epoch(sampler), repeats)
+        base = t_mpc if name.startswith("fixed_class") else t_wrs
+        vs = "vs MPerClassSampler" if name.startswith("fixed_class") else "vs list(WRS)"
+        multinomial = (
+            f", {t_mult / t_tensor:.1f}x vs multinomial" if t_mult and base is t_wrs else ""
+        )
+        print(
+            row(
+                f"{name}: index tensor",
+                t_tensor,
+                n,
+                base,
+                (f"{vs}{multinomial}" if base else "") + f"; peak RSS +{memory.grown_gib:.2f} GiB",
+            )
+        )
+        if n <= 10**7:
+            t_list = best_of(fresh_epoch(sampler, as_ints=True), repeats)
+            units = len(sampler) * (sampler.batch_size or 1)
+            print(row(f"{name}: list() (DataLoader path)", t_list, units, base, vs if base else ""))
+        del sampler
+        gc.collect()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", nargs="+", type=float, default=[1e4, 1e5, 1e6, 1e7, 1e8])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    print(
+        f"samplerlab sampler benchmark: torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{os.cpu_count()} CPUs"
+    )
+    for size in args.sizes:
+        n = int(size)
+        bench(n, args.repeats if n <= 10**7 else 1)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        print(f"  process peak resident memory so far: {peak:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()
