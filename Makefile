@@ -41,7 +41,7 @@ bench: install  ## sampler speed and memory against torch and pytorch-metric-lea
 report: install  ## compare the runs of an MLflow experiment (EXPERIMENT=samplerlab)
 	$(PY) -m experiments.report --experiment $${EXPERIMENT:-samplerlab}
 
-ui: install  ## MLflow UI for the local store on http://127.0.0.1:$(PORT)
+ui: install  ## MLflow UI for the local store on http://127.0.0.1:5000 (PORT=...)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(PORT)
 
 clean:  ## remove the venv, caches, Hydra outputs (keeps mlflow.db and mlartifacts)
