@@ -121,8 +121,8 @@ def check_targets(cfg: DictConfig) -> None:
     for key in ("warmup_epochs", "threads"):
         if trainer[key] < 0:
             _fail(f"trainer.{key}", f"must be >= 0, got {trainer[key]}")
-    if trainer.warmup_epochs >= trainer.epochs:
-        _fail("trainer.warmup_epochs", f"must be below trainer.epochs={trainer.epochs}")
+    if trainer.warmup_epochs > trainer.epochs:
+        _fail("trainer.warmup_epochs", f"must not exceed trainer.epochs={trainer.epochs}")
     if trainer.lr <= 0:
         _fail("trainer.lr", f"must be > 0, got {trainer.lr}")
     if cfg.eval.few_shot > cfg.eval.many_shot:
