@@ -25,7 +25,30 @@ COLUMNS = {
     "final/few_accuracy": "few",
     "best/balanced_accuracy": "best bal. acc*",
 }
-GROUP_BY = ("data", "model", "loss", "sampler")
+GROUP_BY = ("data", "model", "loss", "sampler", "variant")
+# Overrides that do not change what is being compared.
+NOT_A_VARIANT = (
+    "seed",
+    "data",
+    "model",
+    "loss",
+    "sampler",
+    "tracking.",
+    "trainer.progress",
+    "hydra",
+)
+
+
+def variant(run: dict[str, Any]) -> str:
+    """The run's other command-line overrides (e.g. ``sampler.q=0.5``): runs that differ there
+    are different configurations, not more seeds of one."""
+    overrides = run["tags"].get("overrides", "").split()
+    kept = [
+        o
+        for o in overrides
+        if o != "(none)" and not o.split("=")[0].lstrip("+~").startswith(NOT_A_VARIANT)
+    ]
+    return " ".join(sorted(kept)) or "-"
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -39,7 +62,8 @@ def summarise(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (data, model, loss, sampler): run count and mean/std of each column."""
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
-        groups[tuple(run["tags"].get(k, "?") for k in GROUP_BY)].append(run)
+        key = tuple(run["tags"].get(k, "?") for k in GROUP_BY[:-1]) + (variant(run),)
+        groups[key].append(run)
     rows = []
     for key, members in groups.items():
         row: dict[str, Any] = dict(zip(GROUP_BY, key, strict=True))
@@ -59,6 +83,10 @@ def summarise(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _mean_or_floor(value: tuple[float, float] | None) -> float:
+    return value[0] if value else float("-inf")
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     def cell(value: tuple[float, float] | None) -> str:
         if value is None:
@@ -66,7 +94,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         mean, std = value
         return f"{mean:.4f}" if math.isnan(std) else f"{mean:.4f} ± {std:.4f}"
 
-    header = ["data", "model", "loss", "sampler", "runs", *COLUMNS.values()]
+    header = [*GROUP_BY, "runs", *COLUMNS.values()]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         lines.append(

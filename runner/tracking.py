@@ -195,3 +195,18 @@ def load_runs(
         for r in runs
         if "sampler" in r.data.tags  # skip sweep parents
     ]
+
+
+def latest_sweep(uri: str | None, experiment: str) -> str | None:
+    """Run id of the newest sweep parent in ``experiment`` (None when there is none)."""
+    client = MlflowClient(tracking_uri=resolve_uri(uri))
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    runs = client.search_runs(
+        [found.experiment_id],
+        filter_string="tags.sweep = 'parent'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return runs[0].info.run_id if runs else None
