@@ -8,7 +8,7 @@ TORCH  ?= torch==2.14.1 torchvision==0.29.1
 SWEEP  ?= sampler=uniform,weighted,fixed_class,annealed,hard_mined,hybrid seed=0,1,2
 PORT   ?= 5000
 
-.PHONY: help install run sweep test lint bench report ui clean
+.PHONY: help install run sweep study test lint bench report ui clean
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -27,6 +27,9 @@ run: install  ## the default experiment (synthetic long-tailed data, MLP, unifor
 
 sweep: install  ## every sampler x 3 seeds, one parent MLflow run (SWEEP="..." to change)
 	$(PY) -m runner -m $(SWEEP)
+
+study: install  ## a named study and its table (STUDY=digits; see experiments/studies.py)
+	$(PY) -m experiments.studies $${STUDY:-digits}
 
 test: install  ## the test suite
 	$(PY) -m pytest -q
