@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -21,6 +22,7 @@ __all__ = [
     "SampleWeights",
     "LabelIndex",
     "as_labels",
+    "check_int",
     "draw",
     "epoch_seed",
     "generator_for",
@@ -45,6 +47,20 @@ class SampleWeights:
 
 
 Distribution = ClassWeights | SampleWeights
+
+
+def check_int(name: str, value: Any, minimum: int | None = None) -> int:
+    """``value`` as an int (>= ``minimum`` when given), or a ValueError that names ``name``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or (minimum is not None and value < minimum)
+    ):
+        what = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}.get(
+            minimum, f"an integer >= {minimum}"
+        )
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return value
 
 
 def as_labels(labels: Sequence[int] | torch.Tensor, num_classes: int | None = None) -> torch.Tensor:

@@ -17,6 +17,7 @@ from samplers._core import (
     LabelIndex,
     SampleWeights,
     as_labels,
+    check_int,
     draw,
     epoch_seed,
 )
@@ -88,15 +89,13 @@ class Sampler(TorchSampler):
         dataset_size = len(self.index)
         if num_samples is None:
             num_samples = dataset_size
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+        check_int("num_samples", num_samples, 1)
         if not replacement and num_samples > dataset_size:
             raise ValueError(
                 f"num_samples={num_samples} exceeds the dataset size {dataset_size} without "
                 "replacement; set replacement=True or lower num_samples"
             )
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
+        check_int("seed", seed)
         self.num_samples = num_samples
         self.replacement = replacement
         self.seed = seed
@@ -146,8 +145,7 @@ class Sampler(TorchSampler):
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration yields (call before each epoch)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        check_int("epoch", epoch, 0)
         if epoch != self.epoch:
             self._drawn = None
         self.epoch = epoch

@@ -7,16 +7,10 @@ from typing import Any
 
 import torch
 
-from samplers._core import ClassWeights, Distribution, generator_for
+from samplers._core import ClassWeights, Distribution, check_int, generator_for
 from samplers.base import Sampler
 
 __all__ = ["FixedClassSampler"]
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 class FixedClassSampler(Sampler):
@@ -74,8 +68,8 @@ class FixedClassSampler(Sampler):
         else:
             if classes_per_batch is None or samples_per_class is None:
                 raise ValueError("give quotas, or both classes_per_batch and samples_per_class")
-            self.classes_per_batch = _positive_int("classes_per_batch", classes_per_batch)
-            self.samples_per_class = _positive_int("samples_per_class", samples_per_class)
+            self.classes_per_batch = check_int("classes_per_batch", classes_per_batch, 1)
+            self.samples_per_class = check_int("samples_per_class", samples_per_class, 1)
             minimum = 1 if replacement else self.samples_per_class
             self.eligible = torch.nonzero(counts >= minimum).flatten()
             if self.eligible.numel() < self.classes_per_batch:
@@ -94,7 +88,7 @@ class FixedClassSampler(Sampler):
         self.batch_size = per_batch
         if num_batches is None:
             num_batches = max(1, len(self.index) // per_batch)
-        self.num_batches = _positive_int("num_batches", num_batches)
+        self.num_batches = check_int("num_batches", num_batches, 1)
         self.num_samples = self.num_batches * per_batch
 
     def _global_units(self) -> int:

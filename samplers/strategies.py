@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from samplers._core import ClassWeights, Distribution, SampleWeights
+from samplers._core import ClassWeights, Distribution, SampleWeights, check_int
 from samplers.base import Sampler
 
 __all__ = [
@@ -184,14 +184,12 @@ class AnnealedSampler(Sampler):
         **kwargs: Any,
     ) -> None:
         super().__init__(labels, replacement=replacement, **kwargs)
-        if isinstance(total_epochs, bool) or not isinstance(total_epochs, int) or total_epochs <= 0:
-            raise ValueError(f"total_epochs (T) must be a positive integer, got {total_epochs!r}")
+        check_int("total_epochs (T)", total_epochs, 1)
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule={schedule!r} is unknown; choose one of {SCHEDULES}")
         if mode not in ("mix", "power"):
             raise ValueError(f"mode={mode!r} is unknown; choose 'mix' or 'power'")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps must be a positive integer, got {steps!r}")
+        check_int("steps", steps, 1)
         self.total_epochs = total_epochs
         self.q_start = _check_finite_number("q_start", q_start)
         self.q_end = _check_finite_number("q_end", q_end)
