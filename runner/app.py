@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,8 +20,9 @@ from runner import plots
 from runner.config import check_targets
 from runner.data import LongTailData
 from runner.evaluation import Evaluation, evaluate, predict
+from runner.losses import ClassWeightedLoss
 from runner.tracking import Tracker, flatten, git_commit
-from runner.train import autocast, batches_per_epoch, build_state, train_epoch
+from runner.train import TrainState, autocast, batches_per_epoch, build_state, train_epoch
 from samplers import Sampler, sampling_stats
 
 log = logging.getLogger("runner")
@@ -82,147 +84,180 @@ def _headline(evaluation: Evaluation) -> str:
     return "  ".join(parts)
 
 
-def run(cfg: DictConfig) -> dict[str, float]:
-    """Train and evaluate one configuration; returns the final test metrics."""
-    check_targets(cfg)
-    trainer = cfg.trainer
-    if trainer.threads:
-        torch.set_num_threads(trainer.threads)
-    device = torch.device(
-        "cuda"
-        if trainer.device == "auto" and torch.cuda.is_available()
-        else "cpu"
-        if trainer.device == "auto"
-        else trainer.device
-    )
-    if device.type == "cuda" and not torch.cuda.is_available():
+@dataclass
+class Parts:
+    """Everything one run is built from, constructed before any training or tracking."""
+
+    data: LongTailData
+    sampler: Sampler
+    loss_fn: ClassWeightedLoss
+    state: TrainState
+    device: torch.device
+
+
+@dataclass
+class Outcome:
+    final: Evaluation
+    best: Evaluation
+    best_epoch: int
+    shares_per_epoch: np.ndarray  # epochs x classes, as drawn
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
         raise ValueError(
             "config error at 'trainer.device': cuda requested but no CUDA device is available; use trainer.device=auto"
         )
-    torch.manual_seed(cfg.seed)
+    return torch.device(name)
 
-    # Build everything first, so that any bad value fails before training or tracking starts.
+
+def build_parts(cfg: DictConfig) -> Parts:
+    """Validate the config and build every object, so that a bad value fails here."""
+    check_targets(cfg)
+    trainer = cfg.trainer
+    device = _device(trainer.device)
+    if trainer.threads:
+        torch.set_num_threads(trainer.threads)
+    torch.manual_seed(cfg.seed)
     data: LongTailData = build("data", cfg.data)
     sampler: Sampler = build("sampler", cfg.sampler, labels=data.train_y)
     model = build("model", cfg.model, in_shape=data.in_shape, num_classes=data.num_classes)
     loss_fn = build(
         "loss", cfg.loss, class_counts=data.train_counts, sampler=sampler, epochs=trainer.epochs
     )
-    model, loss_fn = model.to(device), loss_fn.to(device)
-    state = build_state(model, sampler, trainer, cfg.seed)
-    choices, overrides = _choices(cfg)
-    names = data.class_names
-    counts = data.train_counts.numpy()
-    train_x, train_y = data.train_x.to(device), data.train_y.to(device)
-    test_x = data.test_x.to(device)
-    augment = data.augment if trainer.augment else None
+    state = build_state(model.to(device), sampler, trainer, cfg.seed)
+    return Parts(data, sampler, loss_fn.to(device), state, device)
 
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    tracker = Tracker(
+
+def start_tracking(
+    cfg: DictConfig, data: LongTailData, choices: dict[str, str], overrides: list[str]
+) -> Tracker:
+    tags = {group: choices[group] for group in ("sampler", "data", "model", "loss")}
+    tags.update(
+        imbalance_factor=str(data.imbalance_factor),
+        git_commit=git_commit(),
+        overrides=" ".join(overrides) or "(none)",
+    )
+    return Tracker(
         cfg.tracking.uri,
         cfg.tracking.experiment,
         run_name=f"{choices['sampler']}-{choices['data']}-s{cfg.seed}",
-        params=flatten(resolved),
-        tags={
-            "sampler": choices["sampler"],
-            "data": choices["data"],
-            "model": choices["model"],
-            "loss": choices["loss"],
-            "imbalance_factor": str(data.imbalance_factor),
-            "git_commit": git_commit(),
-            "overrides": " ".join(overrides) or "(none)",
-        },
+        params=flatten(OmegaConf.to_container(cfg, resolve=True)),
+        tags=tags,
     )
+
+
+def train(cfg: DictConfig, parts: Parts, tracker: Tracker) -> Outcome:
+    """Every epoch: train in the sampler's order, measure what was drawn, evaluate, log once."""
+    trainer, data, state = cfg.trainer, parts.data, parts.state
+    names, counts = data.class_names, data.train_counts.numpy()
+    train_x, train_y = data.train_x.to(parts.device), data.train_y.to(parts.device)
+    test_x, test_y = data.test_x.to(parts.device), data.test_y.numpy()
+    augment = data.augment if trainer.augment else None
+    show = trainer.progress and sys.stderr.isatty()
+    steps = batches_per_epoch(parts.sampler, trainer.batch_size)
+    shares_per_epoch: list[np.ndarray] = []
+    evaluation: Evaluation | None = None
+    best: tuple[Evaluation, int] | None = None
+    while state.epoch < trainer.epochs:
+        epoch = state.epoch
+        latest = f"{evaluation.balanced_accuracy:.3f}" if evaluation else "-"
+        bar = tqdm(
+            total=steps, desc=f"epoch {epoch + 1}/{trainer.epochs}", disable=not show, leave=False
+        )
+
+        def on_batch(loss: torch.Tensor, bar: tqdm = bar, latest: str = latest) -> None:
+            bar.update()
+            if bar.n % 10 == 0:  # reading the loss synchronises the device: not every batch
+                bar.set_postfix(loss=f"{float(loss):.3f}", bal_acc=latest)
+
+        result = train_epoch(
+            state, train_x, train_y, parts.loss_fn, trainer.batch_size, augment, on_batch
+        )
+        bar.close()
+        metrics, shares = sampling_metrics(parts.sampler, result.delivered, names)
+        shares_per_epoch.append(shares)
+        metrics["train/loss"] = result.mean_loss
+        metrics["train/lr"] = state.optimizer.param_groups[0]["lr"]
+        if state.epoch % trainer.eval_every == 0 or state.epoch == trainer.epochs:
+            with autocast(parts.device):
+                predictions = predict(state.model, test_x, trainer.eval_batch_size)
+            evaluation = evaluate(
+                test_y, predictions, counts, names, cfg.eval.many_shot, cfg.eval.few_shot
+            )
+            metrics.update(evaluation.metrics(names))
+            if best is None or evaluation.balanced_accuracy > best[0].balanced_accuracy:
+                best = (evaluation, epoch)
+            log.info(
+                "epoch %d/%d  loss %.4f  %s",
+                epoch + 1,
+                trainer.epochs,
+                result.mean_loss,
+                _headline(evaluation),
+            )
+        tracker.log_metrics(metrics, step=epoch)
+    assert evaluation is not None and best is not None  # the last epoch always evaluates
+    return Outcome(evaluation, best[0], best[1], np.stack(shares_per_epoch))
+
+
+def record_results(
+    cfg: DictConfig, parts: Parts, outcome: Outcome, tracker: Tracker
+) -> dict[str, float]:
+    """Final and best-epoch metrics, reports and figures."""
+    names = parts.data.class_names
+    summary = {
+        **outcome.final.metrics(names, "final"),
+        **outcome.best.metrics(names, "best"),
+        "best/epoch": outcome.best_epoch,
+    }
+    tracker.log_metrics(summary, step=cfg.trainer.epochs - 1)
+    files: dict[str, Any] = {
+        "config.yaml": OmegaConf.to_yaml(OmegaConf.to_container(cfg, resolve=True)),
+        "classification_report.txt": outcome.final.report,
+        "best_classification_report.txt": f"best epoch {outcome.best_epoch + 1} (MLflow step "
+        f"{outcome.best_epoch}), selected on the test set\n\n{outcome.best.report}",
+    }
+    if cfg.tracking.plots:
+        counts = parts.data.train_counts.numpy()
+        files["confusion_matrix.png"] = plots.confusion_matrix_figure(
+            outcome.final.confusion, names
+        )
+        files["per_class_accuracy.png"] = plots.per_class_accuracy_figure(
+            outcome.final.recall, counts, names
+        )
+        files["sampled_class_shares.png"] = plots.sampled_shares_figure(
+            outcome.shares_per_epoch, parts.sampler.target_class_shares().numpy(), names
+        )
+    tracker.log_artifacts(files)
+    for figure in files.values():
+        if hasattr(figure, "savefig"):
+            plots.plt.close(figure)
+    return summary
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    """Train and evaluate one configuration; returns the final and best-epoch test metrics."""
+    parts = build_parts(cfg)
+    choices, overrides = _choices(cfg)
+    tracker = start_tracking(cfg, parts.data, choices, overrides)
     started = time.perf_counter()
     try:
-        shares_per_epoch, history = [], []
-        best: tuple[float, int, Evaluation] | None = None
-        evaluation: Evaluation | None = None
-        show = trainer.progress and sys.stderr.isatty()
-        steps = batches_per_epoch(sampler, trainer.batch_size)
-        while state.epoch < trainer.epochs:
-            epoch = state.epoch
-            bar = tqdm(
-                total=steps,
-                desc=f"epoch {epoch + 1}/{trainer.epochs}",
-                disable=not show,
-                leave=False,
-            )
-            latest = f"{evaluation.balanced_accuracy:.3f}" if evaluation else "-"
-
-            def on_batch(loss: torch.Tensor, bar: tqdm = bar, latest: str = latest) -> None:
-                bar.update()
-                if bar.n % 10 == 0:
-                    bar.set_postfix(loss=f"{float(loss):.3f}", bal_acc=latest)
-
-            result = train_epoch(
-                state, train_x, train_y, loss_fn, trainer.batch_size, augment, on_batch
-            )
-            bar.close()
-            metrics, shares = sampling_metrics(sampler, result.delivered, names)
-            shares_per_epoch.append(shares)
-            metrics["train/loss"] = result.mean_loss
-            metrics["train/lr"] = state.optimizer.param_groups[0]["lr"]
-            if state.epoch % trainer.eval_every == 0 or state.epoch == trainer.epochs:
-                with autocast(device):
-                    predictions = predict(model, test_x, trainer.eval_batch_size)
-                evaluation = evaluate(
-                    data.test_y.numpy(),
-                    predictions,
-                    counts,
-                    names,
-                    cfg.eval.many_shot,
-                    cfg.eval.few_shot,
-                )
-                metrics.update(evaluation.metrics(names))
-                if best is None or evaluation.balanced_accuracy > best[0]:
-                    best = (evaluation.balanced_accuracy, epoch, evaluation)
-                log.info(
-                    "epoch %d/%d  loss %.4f  %s",
-                    epoch + 1,
-                    trainer.epochs,
-                    result.mean_loss,
-                    _headline(evaluation),
-                )
-            tracker.log_metrics(metrics, step=epoch)
-            history.append(metrics)
-
-        assert evaluation is not None and best is not None
-        summary = {
-            **evaluation.metrics(names, "final"),
-            **best[2].metrics(names, "best"),
-            "best/epoch": best[1],
-        }
-        tracker.log_metrics(summary, step=trainer.epochs - 1)
-        files: dict[str, Any] = {
-            "config.yaml": OmegaConf.to_yaml(resolved),
-            "classification_report.txt": evaluation.report,
-            "best_classification_report.txt": f"best epoch {best[1]} (selected on the test set)\n\n{best[2].report}",
-        }
-        if cfg.tracking.plots:
-            files["confusion_matrix.png"] = plots.confusion_matrix_figure(
-                evaluation.confusion, names
-            )
-            files["per_class_accuracy.png"] = plots.per_class_accuracy_figure(
-                evaluation.recall, counts, names
-            )
-            files["sampled_class_shares.png"] = plots.sampled_shares_figure(
-                np.stack(shares_per_epoch), sampler.target_class_shares().numpy(), names
-            )
-        tracker.log_artifacts(files)
-        for figure in files.values():
-            if hasattr(figure, "savefig"):
-                plots.plt.close(figure)
-    except BaseException:
-        tracker.finish(failed=True)
+        outcome = train(cfg, parts, tracker)
+        summary = record_results(cfg, parts, outcome, tracker)
+    except KeyboardInterrupt:
+        tracker.finish("KILLED")
         raise
-    tracker.finish()
-    seconds = time.perf_counter() - started
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
+    tracker.finish("FINISHED")
     print(
         f"\nsamplerlab: {choices['sampler']} on {choices['data']} ({choices['model']}, seed {cfg.seed}), "
-        f"{trainer.epochs} epochs in {seconds:.1f} s on {device.type}\n"
-        f"  final            {_headline(evaluation)}\n"
-        f"  best (epoch {best[1] + 1:>3})  {_headline(best[2])}   [selected on the test set: optimistic]\n"
+        f"{cfg.trainer.epochs} epochs in {time.perf_counter() - started:.1f} s on {parts.device.type}\n"
+        f"  final            {_headline(outcome.final)}\n"
+        f"  best (epoch {outcome.best_epoch + 1:>3})  {_headline(outcome.best)}   [selected on the test set: optimistic]\n"
         f"  MLflow: {tracker.where()}",
         flush=True,
     )

@@ -118,8 +118,9 @@ class Tracker:
                     content.savefig(path, dpi=110, bbox_inches="tight")
             self.client.log_artifacts(self.run_id, tmp)
 
-    def finish(self, failed: bool = False) -> None:
-        status = RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED)
+    def finish(self, status: str = "FINISHED") -> None:
+        """End the run as FINISHED, FAILED or KILLED."""
+        RunStatus.from_string(status)  # rejects anything else
         self.client.set_terminated(self.run_id, status=status)
 
     def where(self) -> str:

@@ -40,7 +40,7 @@ def test_report_aggregates_seeds_per_strategy(tracking_uri):
         params={},
         tags={"sampler": "uniform", "data": "digits_lt", "model": "mlp", "loss": "ce"},
     )
-    failed.finish(failed=True)  # failed runs are left out
+    failed.finish("FAILED")  # failed runs are left out
     rows = summarise(load_runs(tracking_uri, "study"))
     # Best first; another lr is another configuration, not another seed.
     assert [(r["sampler"], r["variant"]) for r in rows] == [
