@@ -119,7 +119,9 @@ def main() -> None:
     parser.add_argument(
         "--parent", default=None, help="only the child runs of this sweep's parent run"
     )
-    parser.add_argument("--uri", default=None, help="tracking URI (default: ./mlflow.db)")
+    parser.add_argument(
+        "--uri", default=None, help="tracking URI (default: the project store, as for runs)"
+    )
     parser.add_argument("--out", default=None, help="also write the table to this Markdown file")
     args = parser.parse_args()
     runs = load_runs(args.uri, args.experiment, args.parent)

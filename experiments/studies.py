@@ -52,7 +52,9 @@ def main() -> None:
     )
     parser.add_argument("study", choices=sorted(STUDIES))
     parser.add_argument("--root", help="data.root for image-folder studies")
-    parser.add_argument("--uri", default=None, help="tracking URI (default: ./mlflow.db)")
+    parser.add_argument(
+        "--uri", default=None, help="tracking URI (default: the project store, as for runs)"
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. trainer.epochs=5")
     args = parser.parse_intermixed_args()
     # Later overrides of the same key replace the study's (e.g. seed=0 for a quick look).

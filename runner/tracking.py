@@ -25,9 +25,19 @@ PARENT_RUN_ENV = "SAMPLERLAB_PARENT_RUN_ID"
 _BATCH = 100  # MLflow accepts at most 100 params and 1000 metrics per log_batch call
 
 
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
 def resolve_uri(uri: str | None) -> str:
-    """``None`` means the project's sqlite store, ``mlflow.db`` in the launch directory."""
-    return uri if uri else f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    """The store to use: ``uri`` when given, else MLflow's own ``MLFLOW_TRACKING_URI`` when set,
+    else the project's sqlite store ``mlflow.db`` in the project folder (what ``make ui`` serves;
+    the launch directory when samplerlab is installed outside its source tree)."""
+    if uri:
+        return uri
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    home = PROJECT_ROOT if (PROJECT_ROOT / "pyproject.toml").is_file() else Path.cwd()
+    return f"sqlite:///{home / 'mlflow.db'}"
 
 
 def _experiment_id(client: MlflowClient, uri: str, name: str) -> str:
@@ -124,7 +134,8 @@ class Tracker:
         self.client.set_terminated(self.run_id, status=status)
 
     def where(self) -> str:
-        ui = "make ui" if self.uri.startswith("sqlite:///") else self.uri
+        project_store = f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
+        ui = "make ui" if self.uri == project_store else f"mlflow ui --backend-store-uri {self.uri}"
         return f"run {self.run_id} in experiment {self.experiment_id} at {self.uri} (browse: {ui})"
 
 

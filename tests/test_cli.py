@@ -27,13 +27,28 @@ def runs_of(uri: str):
     return mlflow.search_runs(experiment_names=["samplerlab"], output_format="list")
 
 
-def test_default_run_uses_the_local_store_in_the_launch_directory(tmp_path, migrated_store):
+def test_default_store_is_in_the_project_folder(monkeypatch):
+    from runner.tracking import PROJECT_ROOT, resolve_uri
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert resolve_uri(None) == f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
+    assert (PROJECT_ROOT / "Makefile").read_text().count(
+        "sqlite:///$(CURDIR)/mlflow.db"
+    ) == 1  # make ui
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////elsewhere.db")
+    assert resolve_uri(None) == "sqlite:////elsewhere.db"
+    assert resolve_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+
+
+def test_default_run_takes_under_a_minute(tmp_path, migrated_store, monkeypatch):
     shutil.copy(migrated_store, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # keep the project's own store out of tests
     started = time.perf_counter()
     done = cli([], cwd=tmp_path)
     assert time.perf_counter() - started < 60
-    assert "final" in done.stdout and "make ui" in done.stdout
-    (run,) = runs_of(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert "final" in done.stdout and f"mlflow ui --backend-store-uri {uri}" in done.stdout
+    (run,) = runs_of(uri)
     assert run.info.run_name == "uniform-synthetic_lt-s0" and run.data.tags["sampler"] == "uniform"
     assert run.data.tags["overrides"] == "(none)"
     assert (tmp_path / "mlartifacts").is_dir()
