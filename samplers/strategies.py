@@ -211,7 +211,7 @@ class HardMinedSampler(Sampler):
 
     Each sample's loss is smoothed by an exponential moving average (``momentum``); the score is
     sharpened as ``ema ** power`` or, when ``temperature`` is given, ``exp(ema / temperature)``.
-    Samples not seen yet get the mean score. The result is mixed with a uniform ``floor`` so
+    Samples not seen yet get the mean weight. The result is mixed with a uniform ``floor`` so
     that no sample starves: ``p = (1 - floor) * score / sum + floor * base``. Before any feedback
     (the first epoch) ``p`` is the base: uniform over samples or, with ``class_balanced``,
     uniform over classes and then over their members (scores are then normalised per class).
@@ -251,10 +251,16 @@ class HardMinedSampler(Sampler):
         self.seen = torch.zeros(len(self.index), dtype=torch.bool)
 
     def _per_class_normalised(self, weights: torch.Tensor) -> torch.Tensor:
-        """Weights rescaled so each non-empty class sums to 1 / (number of non-empty classes)."""
+        """Weights rescaled so each non-empty class sums to 1 / (number of non-empty classes);
+        a class whose weights are all zero is spread evenly over its members."""
         totals = torch.zeros(self.num_classes, dtype=torch.float64).index_add_(
             0, self.labels, weights
         )
+        if (totals[self.class_counts > 0] == 0).any():
+            weights = torch.where(totals[self.labels] == 0, 1.0, weights)
+            totals = torch.zeros(self.num_classes, dtype=torch.float64).index_add_(
+                0, self.labels, weights
+            )
         present = int((self.class_counts > 0).sum())
         return weights / totals[self.labels] / present
 
@@ -262,23 +268,25 @@ class HardMinedSampler(Sampler):
         ones = torch.ones(len(self.index), dtype=torch.float64)
         return self._per_class_normalised(ones) if self.class_balanced else ones / ones.numel()
 
+    def _sharpen(self, ema: torch.Tensor) -> torch.Tensor:
+        if self.temperature is not None:
+            return torch.exp((ema - ema.max()) / self.temperature)  # shifted: no overflow
+        return ema.clamp(min=0.0) ** self.power
+
     def distribution(self, epoch: int) -> Distribution:
         base = self._base()
         if not self.seen.any():
             return SampleWeights(base)
-        scores = torch.where(self.seen, self.loss_ema, self.loss_ema[self.seen].mean())
-        if self.temperature is not None:
-            scores = torch.softmax(scores / self.temperature, 0)
-        else:
-            scores = scores.clamp(min=0.0) ** self.power
+        sharpened = self._sharpen(self.loss_ema[self.seen])
+        weights = torch.full_like(self.loss_ema, float(sharpened.mean()))  # unseen: the mean
+        weights[self.seen] = sharpened
         if self.class_balanced:
-            scores = scores + 1e-12 * scores.max()  # a class with all-zero scores keeps its share
-            scores = self._per_class_normalised(scores)
-        elif scores.sum() <= 0:
-            return SampleWeights(base)
+            weights = self._per_class_normalised(weights)
+        elif weights.sum() > 0:
+            weights = weights / weights.sum()
         else:
-            scores = scores / scores.sum()
-        return SampleWeights((1.0 - self.floor) * scores + self.floor * base)
+            weights = base
+        return SampleWeights((1.0 - self.floor) * weights + self.floor * base)
 
     def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
         if indices.numel() == 0:

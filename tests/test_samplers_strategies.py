@@ -303,3 +303,23 @@ def test_alias_table_reproduces_any_weights_exactly(weights):
     assert ((table.keep >= 0) & (table.keep <= 1)).all()
     assert torch.allclose(implied_probabilities(table), w / w.sum(), rtol=1e-9, atol=1e-12)
     assert (implied_probabilities(table)[w == 0] == 0).all()  # zero weight: never drawn
+
+
+def test_hard_mined_temperature_and_a_class_with_zero_losses():
+    labels = torch.tensor([0, 0, 1, 1, 1])
+    sampler = samplers.HardMinedSampler(labels, temperature=0.5, floor=0.5)
+    sampler.update([0, 1, 2], [1.0, 2.0, 1.0])
+    sampler.set_epoch(1)
+    weights = sampler.current_distribution().weights
+    sharpened = torch.exp(torch.tensor([1.0, 2.0, 1.0], dtype=torch.float64) / 0.5)
+    mean = sharpened.mean()
+    expected = torch.cat([sharpened, mean.repeat(2)])  # samples 3 and 4 unseen: the mean weight
+    assert torch.allclose(weights, 0.5 * expected / expected.sum() + 0.5 / 5)
+    balanced = samplers.HardMinedSampler(labels, class_balanced=True, floor=0.2)
+    balanced.update([0, 1, 2, 3, 4], [1.0, 3.0, 0.0, 0.0, 0.0])  # class 1: all zero losses
+    balanced.set_epoch(1)
+    weights = balanced.current_distribution().weights
+    assert torch.allclose(weights[2:], torch.full((3,), 0.5 / 3, dtype=torch.float64))
+    assert torch.allclose(
+        weights[:2], 0.8 * torch.tensor([0.125, 0.375], dtype=torch.float64) + 0.2 * 0.25
+    )
