@@ -110,16 +110,16 @@ def train_epoch(
     sampler, model, device = state.sampler, state.model, train_x.device
     sampler.set_epoch(state.epoch)
     order = sampler.epoch_indices()
-    batches = list(order.unbind(0)) if order.dim() == 2 else list(order.split(batch_size))
-    if len(batches) > 1 and batches[-1].numel() == 1:
-        batches.pop()  # a batch of one breaks BatchNorm; what was dropped is not reported as drawn
-    delivered = torch.cat(batches)
+    per_batch = order.shape[1] if order.dim() == 2 else batch_size  # batch samplers fix their own
+    delivered = order.reshape(-1)
+    if delivered.numel() % per_batch == 1 and delivered.numel() > 1:
+        delivered = delivered[:-1]  # a batch of one breaks BatchNorm; dropped, so not reported
     delivered_device = delivered.to(device, non_blocking=True)
     losses = torch.empty(delivered.numel(), device=device)
     loss_sum = torch.zeros((), device=device)
     model.train()
     start = 0
-    for idx in delivered_device.split([b.numel() for b in batches]):
+    for idx in delivered_device.split(per_batch):
         x = train_x.index_select(0, idx)
         y = train_y.index_select(0, idx)
         if augment is not None:

@@ -45,3 +45,25 @@ def test_short_training_beats_chance(model, data, floor, tracking_uri):
     )
     summary = run(cfg)
     assert summary["final/balanced_accuracy"] > floor
+
+
+def test_train_epoch_gathers_batches_in_sampler_order_and_feeds_losses_back():
+    from omegaconf import OmegaConf
+
+    from runner.config import TrainerConfig
+    from runner.losses import ClassWeightedLoss
+    from runner.train import build_state, train_epoch
+    from samplers import HardMinedSampler
+
+    torch.manual_seed(0)
+    x, y = torch.randn(129, 3, 8, 8), torch.arange(129) % 3
+    sampler = HardMinedSampler(y, seed=1, replacement=False)  # 129 = 128 + a batch of one
+    cfg = OmegaConf.structured(TrainerConfig(epochs=2, batch_size=128, warmup_epochs=0))
+    state = build_state(SmallCNN((3, 8, 8), 3, width=8), sampler, cfg, seed=0)
+    loss_fn = ClassWeightedLoss(torch.bincount(y), sampler, epochs=2, weights=None)
+    result = train_epoch(state, x, y, loss_fn, 128, augment=None)
+    assert torch.equal(result.delivered, sampler.epoch_indices()[:128])  # the lone last one dropped
+    assert state.epoch == 1 and int(sampler.seen.sum()) == 128
+    # The training pass's per-sample losses are what the sampler received (first sight: the EMA).
+    assert torch.allclose(sampler.loss_ema[result.delivered], result.losses.double())
+    assert abs(result.mean_loss - float(result.losses.mean())) < 1e-5  # no class weights: same mean
