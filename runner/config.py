@@ -79,6 +79,26 @@ def _fail(key: str, message: str) -> None:
     raise ValueError(f"config error at '{key}': {message}")
 
 
+def accepted_parameters(target: Any) -> set[str]:
+    """Keyword parameters ``target`` accepts; a class that forwards ``**kwargs`` to its base
+    (every sampler strategy) also accepts the base's, up to the first class that does not."""
+    classes = (
+        [c for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else []
+    )
+    signatures = [inspect.signature(c.__init__) for c in classes] or [inspect.signature(target)]
+    names: set[str] = set()
+    for signature in signatures:
+        kinds = {p.kind for p in signature.parameters.values()}
+        names |= {
+            n
+            for n, p in signature.parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        } - {"self"}
+        if inspect.Parameter.VAR_KEYWORD not in kinds:
+            break
+    return names
+
+
 def check_targets(cfg: DictConfig) -> None:
     """Every built group names an importable ``_target_`` and only parameters it accepts."""
     for group, supplied in SUPPLIED.items():
@@ -89,17 +109,8 @@ def check_targets(cfg: DictConfig) -> None:
             target = get_method(node._target_)
         except Exception as err:  # hydra raises ImportError or ValueError variants
             _fail(f"{group}._target_", f"cannot import {node._target_!r} ({err})")
-        parameters = inspect.signature(target).parameters
-        accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-        if accepts_any and inspect.isclass(target):
-            # Sampler subclasses forward **kwargs to the base: check against the whole chain.
-            parameters = {
-                name: p
-                for cls in target.__mro__
-                if "__init__" in vars(cls)
-                for name, p in inspect.signature(cls.__init__).parameters.items()
-            }
-        known = set(parameters) - {"self", "kwargs", "args"}
+        parameters = accepted_parameters(target)
+        known = parameters
         for key in node:
             if key.startswith("_"):
                 continue
