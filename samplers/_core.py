@@ -9,6 +9,7 @@ cumulative table is float64 (float32 tables starve items at 10^7 samples), and n
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -137,6 +138,15 @@ _MASK63 = (1 << 63) - 1
 #: the result does not depend on how many threads produced it (and chunks stay in cache).
 CHUNK = 1 << 16
 _pool: ThreadPoolExecutor | None = None
+
+
+def _forget_pool() -> None:
+    """A forked child inherits the pool object but not its threads: start a fresh one there."""
+    global _pool
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def epoch_seed(seed: int, epoch: int) -> int:

@@ -143,3 +143,21 @@ def test_a_user_strategy_inherits_the_protocol():
         sampler.current_distribution().weights[:11],
         torch.tensor([0.5] * 10 + [1.0], dtype=torch.float64),
     )
+
+
+def test_large_draws_still_work_in_a_forked_child():
+    """The drawing thread pool does not survive fork(); a child must start its own."""
+    import multiprocessing
+
+    labels = torch.arange(300_000) % 7  # several chunks: the pool is used
+    parent = STRATEGIES["weighted"](labels, seed=2).epoch_indices()
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        child = pool.apply_async(_draw_in_child, (labels,)).get(timeout=60)
+    assert torch.equal(child, parent)
+
+
+def _draw_in_child(labels: torch.Tensor) -> torch.Tensor:
+    # torch's own OpenMP kernels are not fork-safe once the parent used them; like DataLoader
+    # workers, the child runs them on one thread. What is tested is samplerlab's chunk pool.
+    torch.set_num_threads(1)
+    return STRATEGIES["weighted"](labels, seed=2).epoch_indices()
