@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -31,20 +32,25 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class ClassWeights:
+class _Weights:
+    weights: torch.Tensor
+
+    @cached_property
+    def alias_table(self) -> AliasTable:
+        """Built on first use and kept: a strategy that returns the same object every epoch
+        (fixed weights) builds its table once."""
+        return AliasTable(self.weights)
+
+
+class ClassWeights(_Weights):
     """Draw class ``c`` with probability ``weights[c] / weights.sum()``, then a uniform member of it.
 
     ``weights`` is a float64 tensor of length ``num_classes``; empty classes must weigh zero.
     """
 
-    weights: torch.Tensor
 
-
-@dataclass(frozen=True)
-class SampleWeights:
+class SampleWeights(_Weights):
     """Draw sample ``i`` with probability ``weights[i] / weights.sum()`` (float64, length N)."""
-
-    weights: torch.Tensor
 
 
 Distribution = ClassWeights | SampleWeights
@@ -233,23 +239,21 @@ def draw(
     """Draw ``num_samples`` dataset indices (int64) from ``distribution``, determined by ``seed``.
 
     With replacement: an alias table over classes (then a uniform member of the class) or over
-    samples; O(num_samples) per draw after an O(K log K) table. Without replacement: a weighted
+    samples; O(num_samples) per draw after an O(K log K) table, built once for fixed weights. Without replacement: a weighted
     random order (Efraimidis-Spirakis exponential keys), ``randperm`` when all samples weigh the
     same.
     """
-    if isinstance(distribution, ClassWeights):
-        if replacement:
-            table = AliasTable(distribution.weights)
-            return _in_chunks(
-                num_samples, seed, lambda n, g: index.uniform_members(table.sample(n, g), g)
-            )
-        sample_weights = (distribution.weights / index.counts.clamp(min=1))[index.labels]
-    else:
-        sample_weights = distribution.weights
     if replacement:
-        table = AliasTable(sample_weights)
-        return _in_chunks(num_samples, seed, table.sample)
-    return _weighted_order(sample_weights, num_samples, generator_for(seed))
+        table = distribution.alias_table
+        if isinstance(distribution, SampleWeights):
+            return _in_chunks(num_samples, seed, table.sample)
+        return _in_chunks(
+            num_samples, seed, lambda n, g: index.uniform_members(table.sample(n, g), g)
+        )
+    weights = distribution.weights
+    if isinstance(distribution, ClassWeights):  # spread each class's weight over its members
+        weights = (weights / index.counts.clamp(min=1))[index.labels]
+    return _weighted_order(weights, num_samples, generator_for(seed))
 
 
 def _weighted_order(

@@ -271,22 +271,30 @@ class HardMinedSampler(Sampler):
     def _sharpen(self, ema: torch.Tensor) -> torch.Tensor:
         if self.temperature is not None:
             return torch.exp((ema - ema.max()) / self.temperature)  # shifted: no overflow
-        return ema.clamp(min=0.0) ** self.power
+        weights = ema.clamp(min=0.0)
+        return weights if self.power == 1.0 else weights.pow_(self.power)
 
     def distribution(self, epoch: int) -> Distribution:
-        base = self._base()
         if not self.seen.any():
-            return SampleWeights(base)
-        sharpened = self._sharpen(self.loss_ema[self.seen])
-        weights = torch.full_like(self.loss_ema, float(sharpened.mean()))  # unseen: the mean
-        weights[self.seen] = sharpened
-        if self.class_balanced:
-            weights = self._per_class_normalised(weights)
-        elif weights.sum() > 0:
-            weights = weights / weights.sum()
+            return SampleWeights(self._base())
+        if self.seen.all():  # after the first epoch, usually: no masking needed
+            weights = self._sharpen(self.loss_ema)
         else:
-            weights = base
-        return SampleWeights((1.0 - self.floor) * weights + self.floor * base)
+            sharpened = self._sharpen(self.loss_ema[self.seen])
+            weights = torch.full_like(self.loss_ema, float(sharpened.mean()))  # unseen: the mean
+            weights[self.seen] = sharpened
+        if self.class_balanced:
+            base = self._base()
+            return SampleWeights(
+                (1.0 - self.floor) * self._per_class_normalised(weights) + self.floor * base
+            )
+        total = float(weights.sum())
+        if total <= 0:
+            return SampleWeights(self._base())
+        # p = (1 - floor) * w / sum(w) + floor / N, in place on the fresh weights tensor
+        return SampleWeights(
+            weights.mul_((1.0 - self.floor) / total).add_(self.floor / weights.numel())
+        )
 
     def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
         if indices.numel() == 0:
