@@ -204,18 +204,24 @@ def _normalise(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) 
     ]
 
 
-def _cifar(
-    variant: str,
-    root: str,
-    download: bool,
-    verify: bool,
-    imbalance_factor: float,
-    profile: str,
-    data_seed: int,
-    n_max: int | None,
+def cifar_lt(
+    variant: str = "cifar10",
+    root: str = "data",
+    download: bool = False,
+    verify: bool = True,
+    imbalance_factor: float = 100.0,
+    profile: str = "exp",
+    data_seed: int = 0,
+    n_max: int | None = None,
 ) -> LongTailData:
+    """CIFAR-10-LT or CIFAR-100-LT (``variant``) through torchvision; downloads only with
+    ``download=True``. ``n_max`` defaults to the full class size (5,000 or 500)."""
     from torchvision import datasets
 
+    if variant not in CIFAR_STATS:
+        raise ValueError(
+            f"data.variant={variant!r} is unknown; choose one of {sorted(CIFAR_STATS)}"
+        )
     base = datasets.CIFAR10 if variant == "cifar10" else datasets.CIFAR100
     folder = Path(root).expanduser() / base.base_folder
     if not download and not folder.is_dir():
@@ -253,32 +259,6 @@ def _cifar(
         n_max,
         Augment(crop_padding=4, flip=True),
     )
-
-
-def cifar10_lt(
-    root: str = "data",
-    download: bool = False,
-    verify: bool = True,
-    imbalance_factor: float = 100.0,
-    profile: str = "exp",
-    data_seed: int = 0,
-    n_max: int | None = None,
-) -> LongTailData:
-    """CIFAR-10-LT through torchvision (downloads only with ``download=True``)."""
-    return _cifar("cifar10", root, download, verify, imbalance_factor, profile, data_seed, n_max)
-
-
-def cifar100_lt(
-    root: str = "data",
-    download: bool = False,
-    verify: bool = True,
-    imbalance_factor: float = 100.0,
-    profile: str = "exp",
-    data_seed: int = 0,
-    n_max: int | None = None,
-) -> LongTailData:
-    """CIFAR-100-LT through torchvision (downloads only with ``download=True``)."""
-    return _cifar("cifar100", root, download, verify, imbalance_factor, profile, data_seed, n_max)
 
 
 def _decode_folder(root: Path, cache_dir: Path) -> dict[str, object]:

@@ -68,6 +68,7 @@ BAD_VALUES = [
     (["sampler=hard_mined", "sampler.floor=0"], "floor must lie in"),
     (["data.imbalance_factor=0.5"], "data.imbalance_factor"),
     (["data=cifar10_lt", "data.root=/nonexistent"], "data.download=true"),
+    (["data=cifar100_lt", "data.variant=cifar20"], "data.variant='cifar20' is unknown"),
     (["loss.weights=sampler"], "loss.weights='sampler'"),
     (["loss=focal", "loss.gamma=-1"], "loss.gamma"),
     (["model=small_cnn"], "use model=mlp"),
