@@ -11,20 +11,20 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+from samplers import effective_number_weights, power_weights
+
 WEIGHT_RULES = (None, "auto", "inverse", "effective", "sampler")
 
 
 def rule_weights(class_counts: torch.Tensor, rule: str, beta: float) -> torch.Tensor:
-    """Per-class weights normalised to sum to the number of non-empty classes."""
-    counts = class_counts.double()
-    if rule == "inverse":
-        raw = 1.0 / counts.clamp(min=1)
-    else:
-        raw = (1.0 - beta) / (
-            1.0 - torch.pow(torch.tensor(beta, dtype=torch.float64), counts)
-        ).clamp(min=1e-300)
-    raw = torch.where(counts > 0, raw, 0.0)
-    return raw / raw.sum() * int((counts > 0).sum())
+    """Per-class weights (inverse frequency or effective number), summing to the number of
+    non-empty classes, so that a balanced batch has mean weight one."""
+    shares = (
+        power_weights(class_counts, -1.0)
+        if rule == "inverse"
+        else effective_number_weights(class_counts, beta)
+    )
+    return shares * int((class_counts > 0).sum())
 
 
 class ClassWeightedLoss:
