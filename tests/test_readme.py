@@ -36,10 +36,13 @@ def test_custom_strategy_example_inherits_the_protocol():
     )
 
 
-def test_ddp_example_runs_under_torchrun(tmp_path):
-    """Two real processes (gloo): every rank ends with the same feedback state and its own
-    disjoint half of one global draw."""
+def test_ddp_example_runs_as_two_ranks(tmp_path):
+    """Two real processes (gloo), launched with the environment torchrun sets, each on its own so
+    that gloo's teardown abort in one cannot take the other down: every rank ends with the same
+    feedback state and its own disjoint half of one global draw."""
     import json
+    import os
+    import socket
     import subprocess
     import sys
 
@@ -48,33 +51,40 @@ def test_ddp_example_runs_under_torchrun(tmp_path):
         "\nimport json\n"
         "print('RESULT', json.dumps({'rank': sampler.rank, 'ema': sampler.loss_ema.sum().item(),"
         " 'seen': int(sampler.seen.sum()), 'indices': sampler.epoch_indices().tolist(),"
-        " 'global': sampler.global_indices().tolist()}))\n"
+        " 'global': sampler.global_indices().tolist()}), flush=True)\n"
     )
     script = tmp_path / "train_ddp.py"
     script.write_text(example + report)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            "--master_port=29517",
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    results = sorted(
-        (
-            json.loads(line.split("RESULT ", 1)[1])
-            for line in done.stdout.splitlines()
-            if "RESULT " in line
-        ),
-        key=lambda r: r["rank"],
-    )
-    check_exit(done.returncode, done.stderr, completed=len(results) == 2)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                **os.environ,
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": "2",
+                "OMP_NUM_THREADS": "1",
+            },
+        )
+        for rank in range(2)
+    ]
+    results = []
+    for rank in ranks:
+        out, err = rank.communicate(timeout=300)
+        lines = [
+            line.split("RESULT ", 1)[1] for line in out.splitlines() if line.startswith("RESULT ")
+        ]
+        check_exit(rank.returncode, err, completed=len(lines) == 1)
+        results.append(json.loads(lines[0]))
     assert [r["rank"] for r in results] == [0, 1]
     assert (
         results[0]["ema"] == results[1]["ema"] and results[0]["seen"] == results[1]["seen"] > 3000

@@ -39,7 +39,7 @@ RANK_SCRIPT = textwrap.dedent("""
             sampler.update(everything, (everything % 5).double())
         out[name] = {"len": len(sampler), "orders": orders}
     if rank == 0:
-        print(json.dumps(out))
+        print(json.dumps(out), flush=True)  # before a possible abort at exit
     dist.destroy_process_group()
 """)
 
