@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,36 +27,31 @@ COLUMNS = {
     "best/balanced_accuracy": "best bal. acc*",
 }
 GROUP_BY = ("data", "model", "loss", "sampler", "variant")
-# Overrides that do not change what is being compared.
-NOT_A_VARIANT = (
-    "seed",
-    "data",
-    "model",
-    "loss",
-    "sampler",
-    "tracking.",
-    "trainer.progress",
-    "hydra",
-)
+# Overrides that do not change what is compared: the group choices (columns already), the seed,
+# where results go, and display settings. Anything else (sampler.q=0.5, data.imbalance_factor=50)
+# makes another configuration.
+SAME_CONFIGURATION = {"seed", "data", "model", "loss", "sampler", "trainer.progress"}
+SAME_CONFIGURATION_PREFIXES = ("tracking.", "hydra.", "hydra/")
 
 
 def variant(run: dict[str, Any]) -> str:
-    """The run's other command-line overrides (e.g. ``sampler.q=0.5``): runs that differ there
-    are different configurations, not more seeds of one."""
-    overrides = run["tags"].get("overrides", "").split()
-    kept = [
-        o
-        for o in overrides
-        if o != "(none)" and not o.split("=")[0].lstrip("+~").startswith(NOT_A_VARIANT)
-    ]
+    """The run's other command-line overrides: runs that differ there are different
+    configurations, not more seeds of one."""
+    kept = []
+    for override in run["tags"].get("overrides", "").split():
+        key = override.split("=")[0].lstrip("+~")
+        if (
+            override != "(none)"
+            and key not in SAME_CONFIGURATION
+            and not key.startswith(SAME_CONFIGURATION_PREFIXES)
+        ):
+            kept.append(override)
     return " ".join(sorted(kept)) or "-"
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, float("nan")
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    """Mean and sample standard deviation (NaN for a single run)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else float("nan")
 
 
 def summarise(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -72,19 +68,18 @@ def summarise(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             values = [m["metrics"][metric] for m in members if metric in m["metrics"]]
             row[metric] = mean_std(values) if values else None
         rows.append(row)
-    rows.sort(
-        key=lambda r: (
-            r["data"],
-            r["model"],
-            r["loss"],
-            -(r["final/balanced_accuracy"] or (float("-inf"),))[0],
-        )
-    )
+    rows.sort(key=lambda r: (r["data"], r["model"], r["loss"], _best_first(r)))
     return rows
 
 
 def _mean_or_floor(value: tuple[float, float] | None) -> float:
     return value[0] if value else float("-inf")
+
+
+def _best_first(row: dict[str, Any]) -> float:
+    """Sort key: highest mean final balanced accuracy first, rows without it last."""
+    value = row["final/balanced_accuracy"]
+    return -value[0] if value else math.inf
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:

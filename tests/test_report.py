@@ -18,6 +18,7 @@ def test_report_aggregates_seeds_per_strategy(tracking_uri):
         ("uniform", 1, 0.7, ""),
         ("hybrid", 0, 0.8, ""),
         ("uniform", 0, 0.1, " trainer.lr=0.01"),
+        ("uniform", 1, 0.3, " sampler.q=0.5 hydra/launcher=joblib"),
     ]
     for sampler, seed, value, extra in runs:
         overrides = f"sampler={sampler} seed={seed} tracking.uri=x{extra}"
@@ -46,6 +47,7 @@ def test_report_aggregates_seeds_per_strategy(tracking_uri):
     assert [(r["sampler"], r["variant"]) for r in rows] == [
         ("hybrid", "-"),
         ("uniform", "-"),
+        ("uniform", "sampler.q=0.5"),  # another sampler setting is another row
         ("uniform", "trainer.lr=0.01"),
     ]
     uniform = rows[1]
