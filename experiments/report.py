@@ -72,10 +72,6 @@ def summarise(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _mean_or_floor(value: tuple[float, float] | None) -> float:
-    return value[0] if value else float("-inf")
-
-
 def _best_first(row: dict[str, Any]) -> float:
     """Sort key: highest mean final balanced accuracy first, rows without it last."""
     value = row["final/balanced_accuracy"]
