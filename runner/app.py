@@ -131,6 +131,11 @@ def build_parts(cfg: DictConfig) -> Parts:
     return Parts(data, sampler, loss_fn.to(device), state, device)
 
 
+def resolved(cfg: DictConfig) -> dict[str, Any]:
+    """The config with every interpolation resolved, as plain containers."""
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
 def start_tracking(
     cfg: DictConfig, data: LongTailData, choices: dict[str, str], overrides: list[str]
 ) -> Tracker:
@@ -144,7 +149,7 @@ def start_tracking(
         cfg.tracking.uri,
         cfg.tracking.experiment,
         run_name=f"{choices['sampler']}-{choices['data']}-s{cfg.seed}",
-        params=flatten(OmegaConf.to_container(cfg, resolve=True)),
+        params=flatten(resolved(cfg)),
         tags=tags,
     )
 
@@ -214,7 +219,7 @@ def record_results(
     }
     tracker.log_metrics(summary, step=cfg.trainer.epochs - 1)
     files: dict[str, Any] = {
-        "config.yaml": OmegaConf.to_yaml(OmegaConf.to_container(cfg, resolve=True)),
+        "config.yaml": OmegaConf.to_yaml(resolved(cfg)),
         "classification_report.txt": outcome.final.report,
         "best_classification_report.txt": f"best epoch {outcome.best_epoch + 1} (MLflow step "
         f"{outcome.best_epoch}), selected on the test set\n\n{outcome.best.report}",

@@ -9,6 +9,7 @@ cumulative table is float64 (float32 tables starve items at 10^7 samples), and n
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,7 @@ __all__ = [
     "LabelIndex",
     "as_labels",
     "check_int",
+    "check_number",
     "draw",
     "epoch_seed",
     "generator_for",
@@ -68,6 +70,13 @@ def check_int(name: str, value: Any, minimum: int | None = None) -> int:
         )
         raise ValueError(f"{name} must be {what}, got {value!r}")
     return value
+
+
+def check_number(name: str, value: Any) -> float:
+    """``value`` as a finite float, or a ValueError that names ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
 
 
 def as_labels(labels: Sequence[int] | torch.Tensor, num_classes: int | None = None) -> torch.Tensor:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from samplers._core import ClassWeights, Distribution, SampleWeights, check_int
+from samplers._core import ClassWeights, Distribution, SampleWeights, check_int, check_number
 from samplers.base import Sampler
 
 __all__ = [
@@ -39,12 +39,6 @@ def effective_number_weights(counts: torch.Tensor, beta: float) -> torch.Tensor:
     return weights / weights.sum()
 
 
-def _check_finite_number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
 def _check_weights(name: str, weights: Any, length: int, what: str) -> torch.Tensor:
     weights = torch.as_tensor(weights, dtype=torch.float64).reshape(-1)
     if weights.numel() != length:
@@ -61,7 +55,7 @@ def _check_weights(name: str, weights: Any, length: int, what: str) -> torch.Ten
 
 
 def _check_beta(beta: Any) -> float:
-    beta = _check_finite_number("beta", beta)
+    beta = check_number("beta", beta)
     if not 0.0 <= beta < 1.0:
         raise ValueError(f"beta must lie in [0, 1) (e.g. 0.999), got {beta}")
     return beta
@@ -131,7 +125,7 @@ class WeightedSampler(Sampler):
             self._distribution = ClassWeights(effective_number_weights(counts, _check_beta(beta)))
         else:
             self._distribution = ClassWeights(
-                power_weights(counts, _check_finite_number("q", 0.0 if q is None else q))
+                power_weights(counts, check_number("q", 0.0 if q is None else q))
             )
         if not replacement:
             positive = int((self._sample_weights_view() > 0).sum())
@@ -191,8 +185,8 @@ class AnnealedSampler(Sampler):
             raise ValueError(f"mode={mode!r} is unknown; choose 'mix' or 'power'")
         check_int("steps", steps, 1)
         self.total_epochs = total_epochs
-        self.q_start = _check_finite_number("q_start", q_start)
-        self.q_end = _check_finite_number("q_end", q_end)
+        self.q_start = check_number("q_start", q_start)
+        self.q_end = check_number("q_end", q_end)
         self.schedule, self.mode, self.steps = schedule, mode, steps
 
     def distribution(self, epoch: int) -> Distribution:
@@ -232,18 +226,18 @@ class HardMinedSampler(Sampler):
         **kwargs: Any,
     ) -> None:
         super().__init__(labels, replacement=replacement, **kwargs)
-        self.momentum = _check_finite_number("momentum", momentum)
+        self.momentum = check_number("momentum", momentum)
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"momentum must lie in [0, 1), got {momentum}")
-        self.power = _check_finite_number("power", power)
+        self.power = check_number("power", power)
         if self.power < 0:
             raise ValueError(f"power must be >= 0, got {power}")
-        if temperature is not None and _check_finite_number("temperature", temperature) <= 0:
+        if temperature is not None and check_number("temperature", temperature) <= 0:
             raise ValueError(
                 f"temperature must be > 0 (or None for the power form), got {temperature}"
             )
         self.temperature = temperature
-        self.floor = _check_finite_number("floor", floor)
+        self.floor = check_number("floor", floor)
         if not 0.0 < self.floor <= 1.0:
             raise ValueError(f"floor must lie in (0, 1] so that no sample starves, got {floor}")
         self.class_balanced = class_balanced
@@ -327,8 +321,8 @@ class HybridSampler(Sampler):
         **kwargs: Any,
     ) -> None:
         super().__init__(labels, replacement=replacement, **kwargs)
-        self.sampling = power_weights(self.class_counts, _check_finite_number("q", q))
-        self.target = power_weights(self.class_counts, _check_finite_number("target_q", target_q))
+        self.sampling = power_weights(self.class_counts, check_number("q", q))
+        self.target = power_weights(self.class_counts, check_number("target_q", target_q))
 
     def distribution(self, epoch: int) -> Distribution:
         return ClassWeights(self.sampling)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import mlflow
@@ -40,13 +39,11 @@ def test_default_store_is_in_the_project_folder(monkeypatch):
     assert resolve_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
 
 
-def test_default_run_takes_under_a_minute(tmp_path, migrated_store, monkeypatch):
+def test_default_run_with_no_arguments(tmp_path, migrated_store, monkeypatch):
     shutil.copy(migrated_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # keep the project's own store out of tests
-    started = time.perf_counter()
     done = cli([], cwd=tmp_path)
-    assert time.perf_counter() - started < 60
     assert "final" in done.stdout and f"mlflow ui --backend-store-uri {uri}" in done.stdout
     (run,) = runs_of(uri)
     assert run.info.run_name == "uniform-synthetic_lt-s0" and run.data.tags["sampler"] == "uniform"

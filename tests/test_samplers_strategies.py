@@ -200,12 +200,11 @@ def test_hybrid_share_times_weight_is_the_target():
     )
     stats = sampling_stats(sampler.epoch_indices(), LABELS, shares)
     chi_square_ok(sampler.epoch_indices(), LABELS, COUNTS.sqrt() / COUNTS.sqrt().sum())
-    # What was actually drawn, times the weights, is the target up to sampling noise (~1/sqrt(n)).
-    assert torch.allclose(
-        stats.shares * sampler.class_loss_weights(),
-        torch.full((5,), 0.2, dtype=torch.float64),
-        atol=0.02,
-    )
+    # What was actually drawn, times the weights, is the target up to sampling noise: a drawn
+    # share has standard deviation sqrt(p (1 - p) / n); allow four of them, scaled by the weight.
+    weights = sampler.class_loss_weights()
+    spread = 4 * weights * (shares * (1 - shares) / 60_000).sqrt()
+    assert ((stats.shares * weights - 0.2).abs() <= spread).all()
 
 
 def test_sampling_stats_on_a_hand_computed_case():
