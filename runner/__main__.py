@@ -1,18 +1,62 @@
-"""``python -m runner [group=choice ...] [key=value ...]`` (add ``-m`` to sweep)."""
+"""``python -m runner [group=choice ...] [key=value ...]`` (add ``-m`` to sweep).
+
+Errors follow :mod:`runner.errors`: a user error prints one or two lines and exits 2, a bug
+prints its traceback. Hydra's own error printing is switched off so that this module alone
+decides what the user sees.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from runner.config import register
+from runner.errors import UserError, exit_with, explain, is_user_error
+from runner.signals import Interrupted, stop_on_signals
 
 register()
+log = logging.getLogger("runner")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> float:
+def app(cfg: DictConfig) -> float:
     from runner.app import run  # imported here so that --help and --cfg stay fast
 
-    return run(cfg)["final/balanced_accuracy"]
+    try:
+        return run(cfg)["final/balanced_accuracy"]
+    except UserError as error:
+        if HydraConfig.get().mode == RunMode.RUN and not _verbose():
+            exit_with(error)  # a single run stops here; a sweep's other jobs go on
+        log.error("samplerlab: %s", explain(error))
+        raise
+
+
+def _verbose() -> bool:
+    return os.environ.get("SAMPLERLAB_TRACEBACK") == "1"
+
+
+def main() -> None:
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        os.environ["SAMPLERLAB_TRACEBACK"] = "1"  # the user asked for tracebacks
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises; we report below
+    try:
+        with stop_on_signals():
+            app()
+    except BaseException as error:
+        tracking = sys.modules.get("runner.tracking")
+        if tracking is not None:
+            tracking.end_open_sweeps(error)  # a sweep's parent run never stays RUNNING
+        if isinstance(error, Interrupted):
+            sys.exit(error.exit_code)
+        if _verbose() or not is_user_error(error):
+            raise
+        exit_with(error)
 
 
 if __name__ == "__main__":

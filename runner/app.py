@@ -1,11 +1,22 @@
-"""One run: config -> dataset -> sampler -> batches -> model -> metrics -> tracking."""
+"""One run: config -> dataset -> sampler -> batches -> model -> metrics -> tracking.
+
+A run survives being stopped: it checkpoints every ``trainer.checkpoint_every`` epochs, on
+SIGINT/SIGTERM it checkpoints at the next batch boundary and ends KILLED, and
+``resume=<run id>`` continues the same MLflow run from its checkpoint. MLflow steps are the
+epoch numbers the console prints (1 = after the first epoch; 0 holds the data's class counts).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,15 +28,37 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from runner import plots
-from runner.config import check_targets
+from runner.config import RunConfig, check_targets
 from runner.data import LongTailData
+from runner.errors import UserError
 from runner.evaluation import Evaluation, evaluate, predict
 from runner.losses import ClassWeightedLoss
-from runner.tracking import Tracker, flatten, git_commit
-from runner.train import TrainState, autocast, batches_per_epoch, build_state, train_epoch
+from runner.signals import Interrupted, raise_if_stopped, stop_on_signals
+from runner.tracking import (
+    PreviousRun,
+    Tracker,
+    flatten,
+    git_commit,
+    prepare_store,
+    previous_run,
+    resolve_uri,
+)
+from runner.train import (
+    Diverged,
+    TrainState,
+    autocast,
+    batches_per_epoch,
+    build_state,
+    load_checkpoint,
+    save_checkpoint,
+    train_epoch,
+)
 from samplers import Sampler, sampling_stats
 
 log = logging.getLogger("runner")
+
+# Keys that do not change what a run computes: they may differ between a run and its resumption.
+RUNTIME_KEYS = ("resume", "tracking.uri", "trainer.progress", "trainer.threads", "trainer.device")
 
 
 def _choices(cfg: DictConfig) -> tuple[dict[str, str], list[str]]:
@@ -40,13 +73,16 @@ def _choices(cfg: DictConfig) -> tuple[dict[str, str], list[str]]:
 
 def sampling_metrics(
     sampler: Sampler, delivered: torch.Tensor, class_names: list[str]
-) -> tuple[dict[str, float], np.ndarray]:
-    stats = sampling_stats(
-        delivered, sampler.labels, sampler.target_class_shares(), sampler.num_classes
-    )
+) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """What was drawn against what the sampler intended, per class and in summary."""
+    target = sampler.target_class_shares()
+    stats = sampling_stats(delivered, sampler.labels, target, sampler.num_classes)
     metrics = {
         f"sampling/share/{n}": float(s) for n, s in zip(class_names, stats.shares, strict=True)
     }
+    metrics.update(
+        {f"sampling/target/{n}": float(t) for n, t in zip(class_names, target, strict=True)}
+    )
     metrics.update(
         {
             "sampling/unique_ratio": stats.unique_ratio,
@@ -56,17 +92,20 @@ def sampling_metrics(
             "sampling/imbalance_ratio": stats.imbalance_ratio,
         }
     )
-    return metrics, stats.shares.numpy()
+    return metrics, stats.shares.numpy(), target.numpy()
 
 
 def build(group: str, node: DictConfig, **supplied: Any) -> Any:
-    """``instantiate`` one group's object; its own error comes out unwrapped, naming the group."""
+    """``instantiate`` one group's object; a bad value comes out as a :class:`UserError`
+    naming the group."""
     try:
         return instantiate(node, **supplied, _convert_="all")
     except InstantiationException as wrapped:
         cause = wrapped.__cause__
+        if isinstance(cause, UserError):
+            raise cause from None
         if isinstance(cause, (ValueError, TypeError, FileNotFoundError)):
-            raise type(cause)(f"{group} ({node._target_}): {cause}") from cause
+            raise UserError(f"{group} ({node._target_}): {cause}") from cause
         raise
 
 
@@ -96,18 +135,43 @@ class Parts:
 
 
 @dataclass
-class Outcome:
-    final: Evaluation
-    best: Evaluation
-    best_epoch: int
-    shares_per_epoch: np.ndarray  # epochs x classes, as drawn
+class Progress:
+    """What the epochs so far produced beyond the training state; checkpointed with it."""
+
+    drawn: list[np.ndarray] = field(default_factory=list)  # class shares per epoch, as drawn
+    target: list[np.ndarray] = field(default_factory=list)  # ... as intended
+    latest: Evaluation | None = None
+    best: Evaluation | None = None
+    best_epoch: int = 0  # 1-based, as printed
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "drawn": [torch.from_numpy(a) for a in self.drawn],
+            "target": [torch.from_numpy(a) for a in self.target],
+            "latest": self.latest.state_dict() if self.latest else None,
+            "best": self.best.state_dict() if self.best else None,
+            "best_epoch": self.best_epoch,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Progress:
+        def evaluation(s: dict[str, Any] | None) -> Evaluation | None:
+            return Evaluation.from_state(s) if s else None
+
+        return cls(
+            [t.numpy() for t in state["drawn"]],
+            [t.numpy() for t in state["target"]],
+            evaluation(state["latest"]),
+            evaluation(state["best"]),
+            state["best_epoch"],
+        )
 
 
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
+        raise UserError(
             "config error at 'trainer.device': cuda requested but no CUDA device is available; use trainer.device=auto"
         )
     return torch.device(name)
@@ -136,26 +200,170 @@ def resolved(cfg: DictConfig) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+def config_key(cfg: DictConfig) -> str:
+    """A fingerprint of what the run computes (the config less :data:`RUNTIME_KEYS`): a resumed
+    sweep recognises its finished jobs by it."""
+    plain = resolved(cfg)
+    for key in RUNTIME_KEYS:
+        *path, last = key.split(".")
+        node = plain
+        for part in path:
+            node = node.get(part, {})
+        node.pop(last, None)
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def start_tracking(
     cfg: DictConfig, data: LongTailData, choices: dict[str, str], overrides: list[str]
 ) -> Tracker:
-    tags = {group: choices[group] for group in ("sampler", "data", "model", "loss")}
+    names = {group: choices[group] for group in ("sampler", "data", "model", "loss")}
+    tags = dict(names)
     tags.update(
         imbalance_factor=str(data.imbalance_factor),
         git_commit=git_commit(),
         overrides=" ".join(overrides) or "(none)",
+        config_key=config_key(cfg),
     )
-    return Tracker(
+    # Short parameters with the choice names, to group and filter by in the UI.
+    params = {**flatten(resolved(cfg)), **names}
+    tracker = Tracker.start(
         cfg.tracking.uri,
         cfg.tracking.experiment,
-        run_name=f"{choices['sampler']}-{choices['data']}-s{cfg.seed}",
-        params=flatten(resolved(cfg)),
+        run_name=f"{names['sampler']}-{names['data']}-s{cfg.seed}",
+        params=params,
         tags=tags,
     )
+    counts = {
+        f"data/train_count/{n}": int(c)
+        for n, c in zip(data.class_names, data.train_counts, strict=True)
+    }
+    test_counts = torch.bincount(data.test_y, minlength=data.num_classes)
+    counts.update(
+        {f"data/test_count/{n}": int(c) for n, c in zip(data.class_names, test_counts, strict=True)}
+    )
+    tracker.log_metrics(counts, step=0)
+    tracker.log_artifacts({"config.yaml": OmegaConf.to_yaml(resolved(cfg))})
+    return tracker
 
 
-def train(cfg: DictConfig, parts: Parts, tracker: Tracker) -> Outcome:
-    """Every epoch: train in the sampler's order, measure what was drawn, evaluate, log once."""
+def _checkpoint_path(run_id: str) -> Path:
+    """Beside the run's Hydra output (outputs/... or multirun/.../<job>); outside Hydra, in the
+    temporary folder."""
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir) / "checkpoint.pt"
+    return Path(tempfile.gettempdir()) / "samplerlab-checkpoints" / run_id / "checkpoint.pt"
+
+
+def _resume_target(cfg: DictConfig, uri: str) -> tuple[DictConfig, PreviousRun | None]:
+    """The config to run and the run to continue (None: start a new one, e.g. a sweep's job
+    that did not run before)."""
+    previous = previous_run(uri, cfg.resume, config_key(cfg))
+    if previous is None or previous.via_parent:
+        return cfg, previous  # a sweep's job: its config is the sweep's
+    _, overrides = _choices(cfg)
+    extra = [o for o in overrides if o.split("=")[0].lstrip("+~") not in RUNTIME_KEYS]
+    if extra:
+        raise UserError(
+            f"resume={cfg.resume!r} continues the run with its own config, but got {' '.join(extra)}\n"
+            "drop those overrides, or start a new run without resume"
+        )
+    saved = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.create(previous.config))
+    for key in RUNTIME_KEYS:
+        OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
+    return saved, previous
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    """Train and evaluate one configuration (or continue one with ``resume``); returns the
+    final test metrics."""
+    uri = resolve_uri(cfg.tracking.uri)
+    prepare_store(uri)
+    previous = None
+    if cfg.resume:
+        cfg, previous = _resume_target(cfg, uri)
+        if previous is not None and previous.status == "FINISHED":
+            print(f"samplerlab: run {previous.run_id} already finished; nothing to resume")
+            return {k: v for k, v in previous.metrics.items() if k.startswith("final/")}
+    parts = build_parts(cfg)
+    with stop_on_signals():
+        if previous is not None:
+            tracker = Tracker.reopen(uri, previous.run_id)
+        else:
+            choices, overrides = _choices(cfg)
+            tracker = start_tracking(cfg, parts.data, choices, overrides)
+        return _train_tracked(cfg, parts, tracker, previous)
+
+
+def _train_tracked(
+    cfg: DictConfig, parts: Parts, tracker: Tracker, previous: PreviousRun | None
+) -> dict[str, float]:
+    """Train with checkpoints, record the results, and end the run with the right status."""
+    started = time.perf_counter()
+    path = _checkpoint_path(tracker.run_id)
+    progress, logged_through = Progress(), 0
+    try:
+        if previous is not None:
+            logged_through = tracker.last_step("train/loss") or 0
+            saved = previous.checkpoint_file()
+            if saved is not None:
+                checkpoint = load_checkpoint(saved)
+                parts.state.load_state_dict(checkpoint["train"])
+                progress = Progress.from_state(checkpoint["progress"])
+            log.info(
+                "resuming run %s at epoch %d%s",
+                tracker.run_id,
+                parts.state.epoch + 1,
+                f", batch {parts.state.batch + 1}" if parts.state.batch else "",
+            )
+        tracker.set_tags({"checkpoint": str(path)})
+        train_and_track(cfg, parts, tracker, progress, path, logged_through)
+        summary = record_results(cfg, parts, progress, tracker, path)
+    except Interrupted as stop:
+        if stop.safe:
+            save_checkpoint(path, _checkpoint(parts, progress))
+        tracker.finish("KILLED")
+        again = f"python -m runner resume={tracker.run_id}"
+        if cfg.tracking.uri:
+            again += f" tracking.uri={cfg.tracking.uri}"
+        print(
+            f"samplerlab: stopped by {stop.signal_name} at epoch {parts.state.epoch + 1}; "
+            f"run {tracker.run_id} is KILLED; continue it with: {again}",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
+    tracker.finish("FINISHED")
+    final = progress.latest
+    assert final is not None
+    print(
+        f"\nsamplerlab: {tracker.run_name}, {cfg.trainer.epochs} epochs, "
+        f"{time.perf_counter() - started:.1f} s on {parts.device.type}\n"
+        f"  final            {_headline(final)}\n"
+        f"  best (epoch {progress.best_epoch:>3})  {_headline(progress.best)}   [selected on the test set: optimistic]\n"
+        f"  MLflow: {tracker.where()}",
+        flush=True,
+    )
+    return summary
+
+
+def _checkpoint(parts: Parts, progress: Progress) -> dict[str, Any]:
+    return {"train": parts.state.state_dict(), "progress": progress.state_dict()}
+
+
+def train_and_track(
+    cfg: DictConfig,
+    parts: Parts,
+    tracker: Tracker,
+    progress: Progress,
+    checkpoint_path: Path,
+    logged_through: int = 0,
+) -> None:
+    """Every epoch: train in the sampler's order, measure what was drawn, evaluate, log once
+    (steps up to ``logged_through`` were logged before a resume and are not logged again),
+    checkpoint. Signals are held until a batch ends, then stop the loop."""
     trainer, data, state = cfg.trainer, parts.data, parts.state
     names, counts = data.class_names, data.train_counts.numpy()
     train_x, train_y = data.train_x.to(parts.device), data.train_y.to(parts.device)
@@ -163,107 +371,117 @@ def train(cfg: DictConfig, parts: Parts, tracker: Tracker) -> Outcome:
     augment = data.augment if trainer.augment else None
     show = trainer.progress and sys.stderr.isatty()
     steps = batches_per_epoch(parts.sampler, trainer.batch_size)
-    shares_per_epoch: list[np.ndarray] = []
-    evaluation: Evaluation | None = None
-    best: tuple[Evaluation, int] | None = None
-    while state.epoch < trainer.epochs:
-        epoch = state.epoch
-        latest = f"{evaluation.balanced_accuracy:.3f}" if evaluation else "-"
-        bar = tqdm(
-            total=steps, desc=f"epoch {epoch + 1}/{trainer.epochs}", disable=not show, leave=False
-        )
-
-        def on_batch(loss: torch.Tensor, bar: tqdm = bar, latest: str = latest) -> None:
-            bar.update()
-            if bar.n % 10 == 0:  # reading the loss synchronises the device: not every batch
-                bar.set_postfix(loss=f"{float(loss):.3f}", bal_acc=latest)
-
-        result = train_epoch(
-            state, train_x, train_y, parts.loss_fn, trainer.batch_size, augment, on_batch
-        )
-        bar.close()
-        metrics, shares = sampling_metrics(parts.sampler, result.delivered, names)
-        shares_per_epoch.append(shares)
-        metrics["train/loss"] = result.mean_loss
-        metrics["train/lr"] = state.optimizer.param_groups[0]["lr"]
-        if state.epoch % trainer.eval_every == 0 or state.epoch == trainer.epochs:
-            with autocast(parts.device):
-                predictions = predict(state.model, test_x, trainer.eval_batch_size)
-            evaluation = evaluate(
-                test_y, predictions, counts, names, cfg.eval.many_shot, cfg.eval.few_shot
+    with stop_on_signals(deferred=True):
+        while state.epoch < trainer.epochs:
+            epoch = state.epoch + 1  # as printed and logged
+            latest = f"{progress.latest.balanced_accuracy:.3f}" if progress.latest else "-"
+            bar = tqdm(
+                total=steps,
+                initial=state.batch,
+                desc=f"epoch {epoch}/{trainer.epochs}",
+                disable=not show,
+                leave=False,
             )
-            metrics.update(evaluation.metrics(names))
-            if best is None or evaluation.balanced_accuracy > best[0].balanced_accuracy:
-                best = (evaluation, epoch)
-            log.info(
-                "epoch %d/%d  loss %.4f  %s",
-                epoch + 1,
-                trainer.epochs,
-                result.mean_loss,
-                _headline(evaluation),
-            )
-        tracker.log_metrics(metrics, step=epoch)
-    assert evaluation is not None and best is not None  # the last epoch always evaluates
-    return Outcome(evaluation, best[0], best[1], np.stack(shares_per_epoch))
+
+            def on_batch(loss: torch.Tensor, bar: tqdm = bar, latest: str = latest) -> None:
+                bar.update()
+                if bar.n % 10 == 0:  # reading the loss synchronises the device: not every batch
+                    bar.set_postfix(loss=f"{float(loss):.3f}", bal_acc=latest)
+                raise_if_stopped()
+
+            try:
+                result = train_epoch(
+                    state, train_x, train_y, parts.loss_fn, trainer.batch_size, augment, on_batch
+                )
+            except Diverged as diverged:
+                if epoch > logged_through and not np.isnan(diverged.mean_loss_before):
+                    tracker.log_metrics({"train/loss": diverged.mean_loss_before}, step=epoch)
+                raise UserError(
+                    f"trainer.lr={trainer.lr}: the training loss became non-finite at epoch "
+                    f"{epoch}, batch {diverged.batch + 1}\n"
+                    "lower trainer.lr (or raise trainer.warmup_epochs)"
+                ) from diverged
+            finally:
+                bar.close()
+            metrics, drawn, target = sampling_metrics(parts.sampler, result.delivered, names)
+            progress.drawn.append(drawn)
+            progress.target.append(target)
+            metrics["train/loss"] = result.mean_loss
+            metrics["train/lr"] = state.optimizer.param_groups[0]["lr"]
+            if state.epoch % trainer.eval_every == 0 or state.epoch == trainer.epochs:
+                with autocast(parts.device):
+                    predictions = predict(state.model, test_x, trainer.eval_batch_size)
+                evaluation = evaluate(
+                    test_y, predictions, counts, names, cfg.eval.many_shot, cfg.eval.few_shot
+                )
+                metrics.update(evaluation.metrics(names))
+                progress.latest = evaluation
+                if (
+                    progress.best is None
+                    or evaluation.balanced_accuracy > progress.best.balanced_accuracy
+                ):
+                    progress.best, progress.best_epoch = evaluation, epoch
+                log.info(
+                    "epoch %d/%d  loss %.4f  %s",
+                    epoch,
+                    trainer.epochs,
+                    result.mean_loss,
+                    _headline(evaluation),
+                )
+            if epoch > logged_through:
+                tracker.log_metrics(metrics, step=epoch)
+            every = trainer.checkpoint_every
+            if every and (state.epoch % every == 0 or state.epoch == trainer.epochs):
+                save_checkpoint(checkpoint_path, _checkpoint(parts, progress))
+            raise_if_stopped()
+
+
+def _figures(cfg: DictConfig, parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
+    """The run's figures; one that cannot be drawn is skipped with a warning, never failing
+    the run (its metrics are recorded by then)."""
+    names, counts = parts.data.class_names, parts.data.train_counts.numpy()
+    final = progress.latest
+    makers = {
+        "confusion_matrix.png": lambda: plots.confusion_matrix_figure(
+            final.confusion, names, title
+        ),
+        "per_class_accuracy.png": lambda: plots.per_class_accuracy_figure(
+            final.recall, counts, names, title
+        ),
+        "sampled_class_shares.png": lambda: plots.sampled_shares_figure(
+            np.stack(progress.drawn), np.stack(progress.target), names, title
+        ),
+    }
+    figures = {}
+    for name, make in makers.items():
+        try:
+            figures[name] = make()
+        except Exception as error:  # a figure is never a reason to lose a run
+            warnings.warn(f"figure {name} skipped: {type(error).__name__}: {error}", stacklevel=1)
+    return figures
 
 
 def record_results(
-    cfg: DictConfig, parts: Parts, outcome: Outcome, tracker: Tracker
+    cfg: DictConfig, parts: Parts, progress: Progress, tracker: Tracker, checkpoint_path: Path
 ) -> dict[str, float]:
-    """Final and best-epoch metrics, reports and figures."""
+    """Final metrics, reports, figures and the last checkpoint. Best-epoch numbers are chosen
+    on the test set, so they are optimistic: reported in a labelled text file, not as metrics."""
     names = parts.data.class_names
-    summary = {
-        **outcome.final.metrics(names, "final"),
-        **outcome.best.metrics(names, "best"),
-        "best/epoch": outcome.best_epoch,
-    }
-    tracker.log_metrics(summary, step=cfg.trainer.epochs - 1)
+    final, best = progress.latest, progress.best
+    assert final is not None and best is not None  # the last epoch always evaluates
+    summary = final.metrics(names, "final")
+    tracker.log_metrics(summary, step=cfg.trainer.epochs)
     files: dict[str, Any] = {
-        "config.yaml": OmegaConf.to_yaml(resolved(cfg)),
-        "classification_report.txt": outcome.final.report,
-        "best_classification_report.txt": f"best epoch {outcome.best_epoch + 1} (MLflow step "
-        f"{outcome.best_epoch}), selected on the test set\n\n{outcome.best.report}",
+        "classification_report.txt": final.report,
+        "best_classification_report.txt": f"best epoch {progress.best_epoch} of {cfg.trainer.epochs}, "
+        f"selected on the test set (optimistic: compare final values)\n\n{best.report}",
     }
+    if checkpoint_path.is_file():
+        files["checkpoint/checkpoint.pt"] = checkpoint_path
     if cfg.tracking.plots:
-        counts = parts.data.train_counts.numpy()
-        files["confusion_matrix.png"] = plots.confusion_matrix_figure(
-            outcome.final.confusion, names
-        )
-        files["per_class_accuracy.png"] = plots.per_class_accuracy_figure(
-            outcome.final.recall, counts, names
-        )
-        files["sampled_class_shares.png"] = plots.sampled_shares_figure(
-            outcome.shares_per_epoch, parts.sampler.target_class_shares().numpy(), names
-        )
+        files.update(_figures(cfg, parts, progress, tracker.run_name))
     tracker.log_artifacts(files)
     for figure in files.values():
         if hasattr(figure, "savefig"):
             plots.plt.close(figure)
-    return summary
-
-
-def run(cfg: DictConfig) -> dict[str, float]:
-    """Train and evaluate one configuration; returns the final and best-epoch test metrics."""
-    parts = build_parts(cfg)
-    choices, overrides = _choices(cfg)
-    tracker = start_tracking(cfg, parts.data, choices, overrides)
-    started = time.perf_counter()
-    try:
-        outcome = train(cfg, parts, tracker)
-        summary = record_results(cfg, parts, outcome, tracker)
-    except KeyboardInterrupt:
-        tracker.finish("KILLED")
-        raise
-    except BaseException:
-        tracker.finish("FAILED")
-        raise
-    tracker.finish("FINISHED")
-    print(
-        f"\nsamplerlab: {choices['sampler']} on {choices['data']} ({choices['model']}, seed {cfg.seed}), "
-        f"{cfg.trainer.epochs} epochs in {time.perf_counter() - started:.1f} s on {parts.device.type}\n"
-        f"  final            {_headline(outcome.final)}\n"
-        f"  best (epoch {outcome.best_epoch + 1:>3})  {_headline(outcome.best)}   [selected on the test set: optimistic]\n"
-        f"  MLflow: {tracker.where()}",
-        flush=True,
-    )
     return summary

@@ -6,12 +6,16 @@ composition, naming the key, before any work is done. Groups whose objects are b
 from __future__ import annotations
 
 import inspect
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.utils import get_method
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from runner.errors import UserError
 
 SCHEDULES = ("cosine", "step", "constant")
 DEVICES = ("auto", "cpu", "cuda")
@@ -35,6 +39,7 @@ class TrainerConfig:
     eval_batch_size: int = 1024
     augment: bool = True
     progress: bool = True
+    checkpoint_every: int = 1
 
 
 @dataclass
@@ -53,6 +58,7 @@ class TrackingConfig:
 @dataclass
 class RunConfig:
     seed: int = 0
+    resume: str | None = None
     data: Any = MISSING
     model: Any = MISSING
     sampler: Any = MISSING
@@ -64,6 +70,8 @@ class RunConfig:
 
 def register() -> None:
     ConfigStore.instance().store(name="run_schema", node=RunConfig)
+    # ${pid:} keeps two runs or sweeps started in the same second out of each other's folders.
+    OmegaConf.register_new_resolver("pid", os.getpid, use_cache=True, replace=True)
 
 
 # Arguments the runner supplies itself when it builds each group's object.
@@ -76,7 +84,7 @@ SUPPLIED = {
 
 
 def _fail(key: str, message: str) -> None:
-    raise ValueError(f"config error at '{key}': {message}")
+    raise UserError(f"config error at '{key}': {message}")
 
 
 def accepted_parameters(target: Any) -> set[str]:
@@ -134,7 +142,26 @@ def check_targets(cfg: DictConfig) -> None:
             _fail(f"trainer.{key}", f"must be >= 0, got {trainer[key]}")
     if trainer.warmup_epochs > trainer.epochs:
         _fail("trainer.warmup_epochs", f"must not exceed trainer.epochs={trainer.epochs}")
-    if trainer.lr <= 0:
-        _fail("trainer.lr", f"must be > 0, got {trainer.lr}")
+    if trainer.checkpoint_every < 0:
+        _fail(
+            "trainer.checkpoint_every",
+            f"must be >= 0 (0: only when stopped), got {trainer.checkpoint_every}",
+        )
+    if not (math.isfinite(trainer.lr) and trainer.lr > 0):
+        _fail("trainer.lr", f"must be a finite number > 0 (e.g. 0.1), got {trainer.lr}")
+    if not (math.isfinite(trainer.momentum) and 0 <= trainer.momentum < 1):
+        _fail("trainer.momentum", f"must lie in [0, 1) (e.g. 0.9), got {trainer.momentum}")
+    if not (math.isfinite(trainer.weight_decay) and trainer.weight_decay >= 0):
+        _fail(
+            "trainer.weight_decay",
+            f"must be a finite number >= 0 (e.g. 5e-4), got {trainer.weight_decay}",
+        )
+    if not (math.isfinite(trainer.gamma) and trainer.gamma > 0):
+        _fail(
+            "trainer.gamma",
+            f"must be a finite number > 0 (the lr decay factor), got {trainer.gamma}",
+        )
+    if not cfg.tracking.experiment or not str(cfg.tracking.experiment).strip():
+        _fail("tracking.experiment", "is empty; name an MLflow experiment (default: samplerlab)")
     if cfg.eval.few_shot > cfg.eval.many_shot:
         _fail("eval.few_shot", f"must not exceed eval.many_shot={cfg.eval.many_shot}")

@@ -83,7 +83,7 @@ def long_tail_subset(labels: np.ndarray, counts: Sequence[int], data_seed: int) 
         members = np.flatnonzero(labels == c)
         if n > members.size:
             raise ValueError(
-                f"class {c} has {members.size} samples, the long-tail profile asks for {n}; lower data.n_max"
+                f"data.n_max: class {c} has {members.size} samples, the long-tail profile asks for {n}; lower data.n_max to at most {members.size}"
             )
         rng.shuffle(members)
         keep.append(members[:n])
@@ -105,7 +105,27 @@ def _make_long_tailed(
 ) -> LongTailData:
     pool = np.bincount(train_y, minlength=len(class_names))
     n_max = int(pool.min()) if n_max is None else n_max
+    if n_max < 1:
+        raise ValueError(f"data.n_max must be >= 1, got {n_max}")
     counts = long_tail_counts(n_max, len(class_names), imbalance_factor, profile)
+    if min(counts) == 0:
+        empty = class_names[counts.index(0)]
+        enough = next(
+            n
+            for n in range(n_max, 10 * n_max + 10 * int(imbalance_factor) + 2)
+            if min(long_tail_counts(n, len(class_names), imbalance_factor, profile)) > 0
+        )
+        raise ValueError(
+            f"data.n_max={n_max} with data.imbalance_factor={imbalance_factor} leaves class "
+            f"{empty!r} with no training samples; use data.n_max >= {enough} or lower "
+            f"data.imbalance_factor to at most {n_max}"
+        )
+    tested = np.bincount(test_y, minlength=len(class_names))
+    if (tested == 0).any():
+        missing = [class_names[c] for c in np.flatnonzero(tested == 0)]
+        raise ValueError(
+            f"the test split has no samples of class(es) {missing}; every class needs test samples"
+        )
     keep = long_tail_subset(train_y, counts, data_seed)
     return LongTailData(
         train_x=torch.as_tensor(train_x[keep]),
@@ -261,11 +281,35 @@ def cifar_lt(
     )
 
 
+def _class_folders(root: Path) -> list[str]:
+    """The classes: the union of both splits' folders (sorted, so the first is the head); a
+    class missing from, or empty in, either split is an error naming it."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    def images(folder: Path) -> list[Path]:
+        return [p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMG_EXTENSIONS]
+
+    present = {
+        split: {d.name for d in (root / split).iterdir() if d.is_dir() and images(d)}
+        for split in ("train", "test")
+    }
+    classes = sorted(present["train"] | present["test"])
+    for split in ("train", "test"):
+        missing = [c for c in classes if c not in present[split]]
+        if missing:
+            raise ValueError(
+                f"data.root={str(root)!r}: class(es) {missing} have no images in {split}/; "
+                f"every class needs a folder with images in both train/ and test/"
+            )
+    return classes
+
+
 def _decode_folder(root: Path, cache_dir: Path) -> dict[str, object]:
     """Decode ``root/{train,test}/<class>/*`` once into uint8 tensors; later calls read the cache."""
     from torchvision import datasets
     from torchvision.io import ImageReadMode, decode_image
 
+    classes = _class_folders(root)
     listing = sorted(
         str(p.relative_to(root)) + f":{p.stat().st_size}" for p in root.rglob("*") if p.is_file()
     )
@@ -273,13 +317,33 @@ def _decode_folder(root: Path, cache_dir: Path) -> dict[str, object]:
     cache = cache_dir / f"image_folder-{key}.pt"
     if cache.exists():
         return torch.load(cache)
-    decoded: dict[str, object] = {}
+
+    class UnionOfSplits(datasets.ImageFolder):
+        def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
+            return classes, {c: i for i, c in enumerate(classes)}
+
+    decoded: dict[str, object] = {"classes": classes}
+    shape = None
     for split in ("train", "test"):
-        folder = datasets.ImageFolder(str(root / split))
-        images = [decode_image(path, mode=ImageReadMode.RGB) for path, _ in folder.samples]
+        folder = UnionOfSplits(str(root / split))
+        images = []
+        for path, _ in folder.samples:
+            try:
+                image = decode_image(path, mode=ImageReadMode.RGB)
+            except (RuntimeError, ValueError) as error:
+                raise ValueError(
+                    f"data.root: cannot decode {path} ({error}); remove or replace the file"
+                ) from None
+            if shape is None:
+                shape = tuple(image.shape)
+            elif tuple(image.shape) != shape:
+                raise ValueError(
+                    f"data.root: {path} is {image.shape[2]}x{image.shape[1]}, the first image was "
+                    f"{shape[2]}x{shape[1]}; resize the images to one size"
+                )
+            images.append(image)
         decoded[f"{split}_x"] = torch.stack(images)
         decoded[f"{split}_y"] = torch.tensor(folder.targets)
-        decoded["classes"] = folder.classes
     cache_dir.mkdir(parents=True, exist_ok=True)
     torch.save(decoded, cache)
     return decoded

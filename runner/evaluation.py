@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,6 +48,17 @@ class Evaluation:
             for name, value in zip(class_names, getattr(self, per_class), strict=True):
                 out[f"{prefix}/{per_class}/{name}"] = float(value)
         return {k: v for k, v in out.items() if not np.isnan(v)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain values and tensors, loadable with ``torch.load(weights_only=True)``."""
+        return {
+            k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+            for k, v in asdict(self).items()
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Evaluation:
+        return cls(**{k: v.numpy() if torch.is_tensor(v) else v for k, v in state.items()})
 
 
 def shot_groups(train_counts: np.ndarray, many_shot: int, few_shot: int) -> dict[str, np.ndarray]:

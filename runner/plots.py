@@ -10,7 +10,9 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 
-def confusion_matrix_figure(confusion: np.ndarray, class_names: list[str]) -> Figure:
+def confusion_matrix_figure(
+    confusion: np.ndarray, class_names: list[str], title: str = ""
+) -> Figure:
     """Row-normalised confusion matrix (each row: how one true class was predicted)."""
     rows = confusion.sum(1, keepdims=True)
     normalised = np.divide(confusion, rows, out=np.zeros(confusion.shape, float), where=rows > 0)
@@ -23,13 +25,17 @@ def confusion_matrix_figure(confusion: np.ndarray, class_names: list[str]) -> Fi
     ax.set_yticks(ticks if show else [], class_names if show else [])
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
-    ax.set_title("Confusion matrix (row-normalised)")
+    ax.set_title(
+        f"{title}: confusion matrix (row-normalised)"
+        if title
+        else "Confusion matrix (row-normalised)"
+    )
     fig.colorbar(image, ax=ax, fraction=0.046)
     return fig
 
 
 def per_class_accuracy_figure(
-    recall: np.ndarray, train_counts: np.ndarray, class_names: list[str]
+    recall: np.ndarray, train_counts: np.ndarray, class_names: list[str], title: str = ""
 ) -> Figure:
     """Test accuracy per class (bars) beside its training count (line, log scale)."""
     fig, ax = plt.subplots(figsize=(max(6, 0.3 * len(class_names)), 4))
@@ -42,24 +48,36 @@ def per_class_accuracy_figure(
     counts.plot(x, train_counts, color="tab:orange", marker=".")
     counts.set_yscale("log")
     counts.set_ylabel("training samples", color="tab:orange")
-    ax.set_title("Per-class accuracy, classes in training-count order")
+    ax.set_title(f"{title}: per-class test accuracy" if title else "Per-class test accuracy")
     return fig
 
 
 def sampled_shares_figure(
-    shares_per_epoch: np.ndarray, target_last: np.ndarray, class_names: list[str]
+    drawn: np.ndarray, target: np.ndarray, class_names: list[str], title: str = ""
 ) -> Figure:
-    """Stacked class shares of what was drawn, epoch by epoch."""
-    epochs = np.arange(shares_per_epoch.shape[0])
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.stackplot(epochs, shares_per_epoch.T, labels=class_names if len(class_names) <= 12 else None)
-    ax.set_xlim(0, max(epochs[-1], 1))
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("share of drawn samples")
-    ax.set_title(
-        f"Sampled class shares (last epoch's target: max {target_last.max():.2f}, min {target_last.min():.3f})"
-    )
+    """Drawn (solid) against intended (dashed) class shares, epoch by epoch (epochs x classes).
+    Beyond 12 classes the lines would be unreadable: then the tail classes (the last third)
+    are summed into one pair of lines, and so are the head and middle."""
+    epochs = np.arange(1, drawn.shape[0] + 1)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     if len(class_names) <= 12:
-        ax.legend(loc="center left", bbox_to_anchor=(1, 0.5), fontsize=8)
+        groups = [([c], name) for c, name in enumerate(class_names)]
+    else:
+        thirds = np.array_split(np.arange(len(class_names)), 3)
+        groups = [
+            (list(part), f"{label} ({len(part)} classes)")
+            for part, label in zip(thirds, ("head", "middle", "tail"), strict=True)
+        ]
+    colours = plt.get_cmap("tab20" if len(groups) > 10 else "tab10")
+    for i, (members, label) in enumerate(groups):
+        colour = colours(i % colours.N)
+        ax.plot(epochs, drawn[:, members].sum(1), color=colour, marker=".", label=label)
+        ax.plot(epochs, target[:, members].sum(1), color=colour, linestyle="--")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("share of the epoch's samples")
+    ax.set_xlim(1, max(epochs[-1], 2))
+    ax.set_ylim(bottom=0)
+    name = f"{title}: " if title else ""
+    ax.set_title(f"{name}class shares drawn (solid) vs intended (dashed)")
+    ax.legend(loc="center left", bbox_to_anchor=(1, 0.5), fontsize=8)
     return fig

@@ -7,19 +7,28 @@ Hydra multirun, :class:`SweepCallback` opens one parent run and every job become
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlflow
 from hydra.experimental.callback import Callback
-from mlflow.entities import Metric, Param, RunStatus
+from mlflow.entities import Metric, Param, Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
+
+from runner.errors import UserError, exit_with
+from runner.signals import Interrupted
 
 PARENT_RUN_ENV = "SAMPLERLAB_PARENT_RUN_ID"
 _BATCH = 100  # MLflow accepts at most 100 params and 1000 metrics per log_batch call
@@ -40,18 +49,120 @@ def resolve_uri(uri: str | None) -> str:
     return f"sqlite:///{home / 'mlflow.db'}"
 
 
-def _experiment_id(client: MlflowClient, uri: str, name: str) -> str:
-    experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    location = None
-    if uri.startswith("sqlite:///"):
-        # Keep artifacts beside the database rather than relative to whichever cwd runs first.
-        location = (Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts").resolve().as_uri()
+def _store_error(uri: str, problem: str, fix: str) -> UserError:
+    return UserError(f"tracking.uri={uri!r}: {problem}\n{fix}")
+
+
+@contextmanager
+def _quick_http() -> Iterator[None]:
+    """MLflow retries an unreachable server for minutes; a check should take seconds."""
+    saved = {k: os.environ.get(k) for k in _QUICK_HTTP}
+    os.environ.update(_QUICK_HTTP)
     try:
-        return client.create_experiment(name, artifact_location=location)
-    except mlflow.exceptions.MlflowException:  # created concurrently by a parallel job
-        return client.get_experiment_by_name(name).experiment_id
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+_QUICK_HTTP = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+}
+
+
+def prepare_store(uri: str) -> None:
+    """Check, within seconds, that the store at ``uri`` is reachable and writable, and create
+    or migrate it once. A new sqlite store is migrated under an exclusive lock on its folder,
+    so processes that start together on it do not race MLflow's schema migrations."""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        folder = path.parent
+        if not folder.is_dir():
+            raise _store_error(
+                uri,
+                f"the folder {folder} does not exist",
+                "create it, or drop the override to use the project store",
+            )
+        try:  # os.access says yes to root even where nothing can be written (/proc)
+            tempfile.TemporaryFile(dir=folder).close()
+            if path.exists():
+                open(path, "ab").close()
+        except OSError as error:
+            raise _store_error(
+                uri,
+                f"cannot write to {path} ({error.strerror})",
+                "choose a writable path, or drop the override to use the project store",
+            ) from error
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            try:
+                MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+            except Exception as error:
+                raise _store_error(
+                    uri,
+                    f"not a usable MLflow store ({type(error).__name__}: {str(error).splitlines()[0][:200]})",
+                    "point tracking.uri at an MLflow sqlite file, or drop the override to use the project store",
+                ) from error
+        finally:
+            os.close(descriptor)  # releases the lock
+        return
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=5) as answer:
+                answer.read()
+        except (OSError, ValueError) as error:
+            raise _store_error(
+                uri,
+                f"no MLflow server answers there ({getattr(error, 'reason', error)})",
+                "start one (make server, or mlflow server --host 127.0.0.1 --port PORT), or drop the override to use the local store",
+            ) from error
+        return
+    try:
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except Exception as error:
+        raise _store_error(
+            uri,
+            f"the store cannot be read ({type(error).__name__}: {str(error).splitlines()[0][:200]})",
+            "check the URI, or drop the override to use the project store",
+        ) from error
+
+
+def _experiment_id(client: MlflowClient, uri: str, name: str) -> str:
+    """The id of experiment ``name``, created if missing; a deleted one is an error."""
+    with _quick_http():
+        try:
+            experiment = client.get_experiment_by_name(name)
+            if experiment is not None and experiment.lifecycle_stage == "deleted":
+                raise UserError(
+                    f"tracking.experiment={name!r} was deleted in MLflow (id {experiment.experiment_id})\n"
+                    f"restore it (mlflow experiments restore --experiment-id {experiment.experiment_id}) or choose another name"
+                )
+            if experiment is not None:
+                return experiment.experiment_id
+            location = None
+            if uri.startswith("sqlite:///"):
+                # Keep artifacts beside the database rather than relative to whichever cwd runs first.
+                location = (
+                    (Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts").resolve().as_uri()
+                )
+            try:
+                return client.create_experiment(name, artifact_location=location)
+            except mlflow.exceptions.MlflowException:  # created concurrently by a parallel job
+                found = client.get_experiment_by_name(name)
+                if found is None:
+                    raise
+                return found.experiment_id
+        except mlflow.exceptions.MlflowException as error:
+            raise _store_error(
+                uri,
+                f"cannot create or open experiment {name!r} ({str(error).splitlines()[0][:200]})",
+                "check that the store is writable, or choose another tracking.experiment",
+            ) from error
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -85,28 +196,50 @@ def _chunks(items: list, size: int) -> Iterable[list]:
 
 
 class Tracker:
-    """One MLflow run: params, tags, per-epoch metric batches, artifacts, final status."""
+    """One MLflow run: params, tags, per-epoch metric batches, artifacts, final status.
 
-    def __init__(
-        self,
+    ``Tracker.start`` creates the run (nested under the sweep's parent inside a multirun);
+    ``Tracker.reopen`` continues an existing one, which is RUNNING again until it ends.
+    """
+
+    def __init__(self, client: MlflowClient, uri: str, run: Run) -> None:
+        self.client, self.uri = client, uri
+        self.run_id, self.run_name = run.info.run_id, run.info.run_name
+        self.experiment_id = run.info.experiment_id
+
+    @classmethod
+    def start(
+        cls,
         uri: str | None,
         experiment: str,
         run_name: str,
         params: Mapping[str, str],
         tags: Mapping[str, str],
-    ) -> None:
-        self.uri = resolve_uri(uri)
-        self.client = MlflowClient(tracking_uri=self.uri)
-        self.experiment_id = _experiment_id(self.client, self.uri, experiment)
+        parent_run_id: str | None = None,
+    ) -> Tracker:
+        uri = resolve_uri(uri)
+        client = MlflowClient(tracking_uri=uri)
+        experiment_id = _experiment_id(client, uri, experiment)
         tags = dict(tags)
-        parent = os.environ.get(PARENT_RUN_ENV)
-        if parent:
-            tags["mlflow.parentRunId"] = parent
-        self.run_id = self.client.create_run(
-            self.experiment_id, run_name=run_name, tags=tags
-        ).info.run_id
-        for chunk in _chunks([Param(k, v[:6000]) for k, v in params.items()], _BATCH):
-            self.client.log_batch(self.run_id, params=chunk)
+        parent_run_id = parent_run_id or os.environ.get(PARENT_RUN_ENV)
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        tracker = cls(client, uri, client.create_run(experiment_id, run_name=run_name, tags=tags))
+        try:
+            for chunk in _chunks([Param(k, v[:6000]) for k, v in params.items()], _BATCH):
+                client.log_batch(tracker.run_id, params=chunk)
+        except BaseException:
+            tracker.finish("FAILED")
+            raise
+        return tracker
+
+    @classmethod
+    def reopen(cls, uri: str | None, run_id: str) -> Tracker:
+        uri = resolve_uri(uri)
+        client = MlflowClient(tracking_uri=uri)
+        run = find_run(client, uri, run_id)
+        client.update_run(run_id, status="RUNNING")
+        return cls(client, uri, run)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         now = int(time.time() * 1000)
@@ -114,8 +247,16 @@ class Tracker:
         for chunk in _chunks(rows, 1000):
             self.client.log_batch(self.run_id, metrics=chunk)
 
+    def last_step(self, key: str) -> int | None:
+        """The highest step logged for metric ``key`` (None when it has none)."""
+        history = self.client.get_metric_history(self.run_id, key)
+        return max((m.step for m in history), default=None)
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
     def log_artifacts(self, files: Mapping[str, Any]) -> None:
-        """Write ``{relative path: str | bytes | matplotlib figure}`` and upload them in one go."""
+        """Write ``{relative path: str | bytes | Path | matplotlib figure}`` and upload them in one go."""
         with tempfile.TemporaryDirectory() as tmp:
             for name, content in files.items():
                 path = Path(tmp) / name
@@ -124,9 +265,14 @@ class Tracker:
                     path.write_text(content)
                 elif isinstance(content, bytes):
                     path.write_bytes(content)
+                elif isinstance(content, Path):
+                    shutil.copyfile(content, path)
                 else:
                     content.savefig(path, dpi=110, bbox_inches="tight")
             self.client.log_artifacts(self.run_id, tmp)
+
+    def download(self, artifact: str, folder: str) -> Path:
+        return Path(self.client.download_artifacts(self.run_id, artifact, folder))
 
     def finish(self, status: str = "FINISHED") -> None:
         """End the run as FINISHED, FAILED or KILLED."""
@@ -139,12 +285,116 @@ class Tracker:
         return f"run {self.run_id} in experiment {self.experiment_id} at {self.uri} (browse: {ui})"
 
 
+def find_run(client: MlflowClient, uri: str, run_id: str) -> Run:
+    """The run ``run_id`` in the store, or a user error naming ``resume``."""
+    try:
+        return client.get_run(run_id)
+    except mlflow.exceptions.MlflowException as error:
+        raise UserError(
+            f"resume={run_id!r}: no such run in {uri}\n"
+            "pass the run id MLflow shows (and the same tracking.uri as the run)"
+        ) from error
+
+
+@dataclass
+class PreviousRun:
+    """A run to continue (or, FINISHED, to skip), as found by :func:`previous_run`."""
+
+    client: MlflowClient
+    run_id: str
+    status: str
+    via_parent: bool  # found as a sweep parent's child with the same config
+    tags: dict[str, str]
+    metrics: dict[str, float]
+
+    @property
+    def config(self) -> str:
+        """The resolved config the run was started with (its ``config.yaml``)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = self.client.download_artifacts(self.run_id, "config.yaml", tmp)
+            except Exception as error:
+                raise UserError(
+                    f"resume={self.run_id!r}: the run has no config.yaml artifact\n"
+                    "only runs started by this version of samplerlab can be resumed"
+                ) from error
+            return Path(path).read_text()
+
+    def checkpoint_file(self) -> Path | None:
+        """Its last checkpoint: the local file its tag names, else its artifact, else None."""
+        local = Path(self.tags.get("checkpoint", ""))
+        if self.tags.get("checkpoint") and local.is_file():
+            return local
+        folder = Path(tempfile.mkdtemp(prefix="samplerlab-resume-"))
+        try:
+            return Path(
+                self.client.download_artifacts(self.run_id, "checkpoint/checkpoint.pt", str(folder))
+            )
+        except Exception:
+            return None
+
+
+def previous_run(uri: str, resume: str, config_key: str) -> PreviousRun | None:
+    """The run ``resume`` names; for a sweep's parent, its child with ``config_key`` (a finished
+    one first, else the newest; None when the sweep never ran that job)."""
+    client = MlflowClient(tracking_uri=uri)
+    run = find_run(client, uri, resume)
+    via_parent = run.data.tags.get("sweep") == "parent"
+    if via_parent:
+        same = [c for c in child_runs(client, run) if c.data.tags.get("config_key") == config_key]
+        if not same:
+            return None
+        run = next((c for c in same if c.info.status == "FINISHED"), same[0])
+    return PreviousRun(
+        client,
+        run.info.run_id,
+        run.info.status,
+        via_parent,
+        dict(run.data.tags),
+        dict(run.data.metrics),
+    )
+
+
+def child_runs(client: MlflowClient, run: Run) -> list[Run]:
+    """The nested runs of a sweep's parent, newest first."""
+    return client.search_runs(
+        [run.info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=50_000,
+    )
+
+
+_open_sweeps: dict[str, str] = {}  # parent run id -> store, for the sweeps this process opened
+
+
+def end_open_sweeps(error: BaseException) -> None:
+    """End the parent runs this process opened and did not finish: KILLED when stopped by a
+    signal or Ctrl-C, FAILED otherwise. Called when a sweep ends with an exception."""
+    stopped = isinstance(error, (Interrupted, KeyboardInterrupt))
+    for run_id, uri in list(_open_sweeps.items()):
+        try:
+            MlflowClient(tracking_uri=uri).set_terminated(
+                run_id, status="KILLED" if stopped else "FAILED"
+            )
+        except Exception as failure:  # the store itself may be what failed
+            print(f"samplerlab: could not end sweep run {run_id}: {failure}", file=sys.stderr)
+        _open_sweeps.pop(run_id, None)
+        if stopped:
+            print(
+                f"samplerlab: sweep stopped; continue it with the same command plus resume={run_id}",
+                file=sys.stderr,
+            )
+
+
 class SweepCallback(Callback):
     """Opens one parent MLflow run per Hydra multirun; each job joins it as a nested child run.
 
     Works with the basic launcher and with hydra-joblib-launcher: the callback is pickled to the
-    workers with the parent's id, and ``on_job_start`` exports it to the job. A failed job marks
-    the parent FAILED; otherwise the parent is FINISHED when the sweep ends.
+    workers with the parent's id, and ``on_job_start`` exports it to the job. With
+    ``resume=<parent run id>`` the sweep continues that parent instead of opening a new one. The
+    parent ends FINISHED when every job did; a failed or stopped sweep ends it FAILED or KILLED
+    (:func:`end_open_sweeps`), never RUNNING.
     """
 
     def __init__(self) -> None:
@@ -152,27 +402,48 @@ class SweepCallback(Callback):
         self.uri: str | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # Hydra turns a callback's exceptions into warnings: a store that cannot take the sweep
+        # must stop it here, before any job, so this exits itself.
+        try:
+            self._open_parent(config)
+        except UserError as error:
+            exit_with(error)
+        print(f"samplerlab: sweep parent run {self.parent_run_id} ({self.uri})", flush=True)
+
+    def _open_parent(self, config: DictConfig) -> None:
         self.uri = resolve_uri(config.tracking.uri)
+        prepare_store(self.uri)
         client = MlflowClient(tracking_uri=self.uri)
-        experiment_id = _experiment_id(client, self.uri, config.tracking.experiment)
-        overrides = OmegaConf.to_container(config.hydra.overrides.task)
-        run = client.create_run(
-            experiment_id,
-            run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
-            tags={"sweep": "parent", "overrides": " ".join(overrides), "git_commit": git_commit()},
-        )
-        self.parent_run_id = run.info.run_id
+        if config.get("resume"):
+            parent = find_run(client, self.uri, config.resume)
+            if parent.data.tags.get("sweep") != "parent":
+                raise UserError(
+                    f"resume={config.resume!r} is not a sweep's parent run\n"
+                    "with -m, pass the parent run id the sweep printed; without -m, any run id"
+                )
+            client.update_run(parent.info.run_id, status="RUNNING")
+            self.parent_run_id = parent.info.run_id
+        else:
+            experiment_id = _experiment_id(client, self.uri, config.tracking.experiment)
+            overrides = OmegaConf.to_container(config.hydra.overrides.task)
+            run = client.create_run(
+                experiment_id,
+                run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
+                tags={
+                    "sweep": "parent",
+                    "overrides": " ".join(overrides),
+                    "git_commit": git_commit(),
+                },
+            )
+            self.parent_run_id = run.info.run_id
+        _open_sweeps[self.parent_run_id] = self.uri
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         if self.parent_run_id:
             os.environ[PARENT_RUN_ENV] = self.parent_run_id
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        from hydra.core.utils import JobStatus
-
         os.environ.pop(PARENT_RUN_ENV, None)
-        if self.parent_run_id and job_return.status == JobStatus.FAILED:
-            MlflowClient(tracking_uri=self.uri).set_terminated(self.parent_run_id, status="FAILED")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.parent_run_id:
@@ -180,6 +451,13 @@ class SweepCallback(Callback):
         client = MlflowClient(tracking_uri=self.uri)
         if client.get_run(self.parent_run_id).info.status == "RUNNING":
             client.set_terminated(self.parent_run_id, status="FINISHED")
+        _open_sweeps.pop(self.parent_run_id, None)
+        print(
+            f"samplerlab: sweep parent run {self.parent_run_id}; compare its runs with\n"
+            f"  python -m experiments.report --parent {self.parent_run_id}"
+            + (f" --uri {self.uri}" if self.uri != resolve_uri(None) else ""),
+            flush=True,
+        )
 
 
 def load_runs(

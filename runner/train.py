@@ -4,9 +4,11 @@ are gathered by index in the sampler's order; per-sample losses go back to the s
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,7 +20,9 @@ from samplers import Sampler
 
 @dataclass
 class TrainState:
-    """Everything a checkpoint or another process needs to continue training."""
+    """Everything a checkpoint or another process needs to continue training, also from the
+    middle of an epoch: ``batch`` batches of epoch ``epoch`` are done, and their per-sample
+    losses and loss sum wait in ``epoch_losses`` / ``epoch_loss_sum`` for the epoch's end."""
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -26,15 +30,24 @@ class TrainState:
     sampler: Sampler
     generator: torch.Generator  # batch augmentation
     epoch: int = 0
+    batch: int = 0
+    epoch_losses: torch.Tensor | None = None
+    epoch_loss_sum: torch.Tensor | None = None
 
     def state_dict(self) -> dict[str, Any]:
+        partial = self.batch > 0 and self.epoch_losses is not None
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "sampler": self.sampler.state_dict(),
             "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "epoch": self.epoch,
+            "batch": self.batch,
+            "epoch_losses": self.epoch_losses.cpu() if partial else None,
+            "epoch_loss_sum": self.epoch_loss_sum.cpu() if partial else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -43,7 +56,35 @@ class TrainState:
         self.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
         self.generator.set_state(state["generator"])
-        self.epoch = state["epoch"]
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self.epoch, self.batch = state["epoch"], state["batch"]
+        self.epoch_losses, self.epoch_loss_sum = state["epoch_losses"], state["epoch_loss_sum"]
+
+
+class Diverged(Exception):
+    """The training loss became non-finite at ``epoch`` (0-based), ``batch`` (0-based)."""
+
+    def __init__(self, epoch: int, batch: int, mean_loss_before: float) -> None:
+        self.epoch, self.batch, self.mean_loss_before = epoch, batch, mean_loss_before
+        super().__init__(f"non-finite training loss at epoch {epoch + 1}, batch {batch + 1}")
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Write atomically (temporary file, fsync, rename): a kill never leaves half a checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "wb") as file:
+        torch.save(payload, file)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Tensors and plain containers only (``weights_only=True``): no code runs on load."""
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 @dataclass
@@ -106,7 +147,13 @@ def train_epoch(
     augment: Augment | None,
     on_batch: Callable[[torch.Tensor], None] | None = None,
 ) -> EpochResult:
-    """One epoch in the sampler's order for ``state.epoch``; hands per-sample losses back to it."""
+    """Epoch ``state.epoch`` in the sampler's order, from batch ``state.batch`` on (a restored
+    mid-epoch state continues where it stopped); hands per-sample losses back to the sampler.
+
+    ``on_batch`` runs after every batch, when the state is consistent: a checkpoint taken
+    there resumes exactly. Raises :class:`Diverged` when the loss turns non-finite (checked
+    every batch on the CPU, every ``_CHECK_EVERY`` batches on a GPU, to avoid a sync per batch).
+    """
     sampler, model, device = state.sampler, state.model, train_x.device
     sampler.set_epoch(state.epoch)
     order = sampler.epoch_indices()
@@ -114,12 +161,17 @@ def train_epoch(
     delivered = order.reshape(-1)
     if delivered.numel() % per_batch == 1 and delivered.numel() > 1:
         delivered = delivered[:-1]  # a batch of one breaks BatchNorm; dropped, so not reported
-    delivered_device = delivered.to(device, non_blocking=True)
-    losses = torch.empty(delivered.numel(), device=device)
-    loss_sum = torch.zeros((), device=device)
+    if state.batch == 0 or state.epoch_losses is None:
+        state.batch = 0
+        state.epoch_losses = torch.zeros(delivered.numel(), device=device)
+        state.epoch_loss_sum = torch.zeros((), device=device)
+    losses = state.epoch_losses = state.epoch_losses.to(device)
+    loss_sum = state.epoch_loss_sum = state.epoch_loss_sum.to(device)
+    check_every = 1 if device.type == "cpu" else _CHECK_EVERY
     model.train()
-    start = 0
-    for idx in delivered_device.split(per_batch):
+    batches = delivered.to(device, non_blocking=True).split(per_batch)
+    for number in range(state.batch, len(batches)):
+        idx = batches[number]
         x = train_x.index_select(0, idx)
         y = train_y.index_select(0, idx)
         if augment is not None:
@@ -132,12 +184,37 @@ def train_epoch(
         loss.backward()
         state.optimizer.step()
         state.scheduler.step()
+        start = number * per_batch
         losses[start : start + idx.numel()] = ce.detach()
-        start += idx.numel()
         loss_sum += loss.detach() * idx.numel()
+        state.batch = number + 1
+        if state.batch % check_every == 0 or state.batch == len(batches):
+            _check_finite(state, losses[: start + idx.numel()], per_batch)
         if on_batch is not None:
             on_batch(loss.detach())
     losses_cpu = losses.cpu()
     sampler.update(delivered, losses_cpu)
-    state.epoch += 1
-    return EpochResult(float(loss_sum) / delivered.numel(), delivered, losses_cpu)
+    mean_loss = float(loss_sum) / delivered.numel()
+    state.epoch, state.batch, state.epoch_losses, state.epoch_loss_sum = (
+        state.epoch + 1,
+        0,
+        None,
+        None,
+    )
+    return EpochResult(mean_loss, delivered, losses_cpu)
+
+
+_CHECK_EVERY = 20
+
+
+def _check_finite(state: TrainState, losses_so_far: torch.Tensor, per_batch: int) -> None:
+    if bool(torch.isfinite(state.epoch_loss_sum)):
+        return
+    first = (
+        int((~torch.isfinite(losses_so_far)).nonzero()[0])
+        if not bool(torch.isfinite(losses_so_far).all())
+        else losses_so_far.numel() - 1
+    )
+    batch = first // per_batch
+    before = losses_so_far[: batch * per_batch]
+    raise Diverged(state.epoch, batch, float(before.mean()) if before.numel() else math.nan)

@@ -1,0 +1,60 @@
+"""SIGINT and SIGTERM (Ctrl-C, ``timeout``, ``docker stop``, SLURM, Kubernetes) end a run
+cleanly: outside training they raise :class:`Interrupted` at once; inside
+:func:`stop_on_signals` with ``deferred=True`` (the training loop) they are held until the loop
+reaches a batch boundary and calls :func:`raise_if_stopped`, so a checkpoint is always taken
+from a consistent state. A second signal does not wait."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(BaseException):
+    """A stop requested by a signal; ``exit_code`` follows the shell's 128 + signal number.
+    ``safe``: raised at a safe point (:func:`raise_if_stopped`), where the state is consistent
+    enough to checkpoint."""
+
+    def __init__(self, signum: int, safe: bool = False) -> None:
+        self.signal_name = signal.Signals(signum).name
+        self.exit_code = 128 + signum
+        self.safe = safe
+        super().__init__(f"stopped by {self.signal_name}")
+
+
+_pending: list[int] = []
+_deferring: list[bool] = []
+
+
+def _handle(signum: int, frame: object) -> None:
+    if _deferring and _deferring[-1] and not _pending:
+        _pending.append(signum)
+        return
+    raise Interrupted(signum)
+
+
+def raise_if_stopped() -> None:
+    """At a safe point: raise :class:`Interrupted` if a signal arrived meanwhile."""
+    if _pending:
+        raise Interrupted(_pending.pop(), safe=True)
+
+
+@contextmanager
+def stop_on_signals(deferred: bool = False) -> Iterator[None]:
+    """Handle SIGINT/SIGTERM inside the block (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _handle) for s in SIGNALS}
+    _deferring.append(deferred)
+    try:
+        yield
+    finally:
+        _deferring.pop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    raise_if_stopped()  # a signal held until the block's end is not lost
