@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from runner.config import register
+from runner.config import check_targets, register
 from runner.errors import UserError, exit_with, explain, is_user_error
 from runner.signals import Interrupted, stop_on_signals
 
@@ -26,9 +26,10 @@ log = logging.getLogger("runner")
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def app(cfg: DictConfig) -> float:
-    from runner.app import run  # imported here so that --help and --cfg stay fast
-
     try:
+        check_targets(cfg)  # config errors answer before the heavier imports below
+        from runner.app import run  # imported here so that --help and --cfg stay fast
+
         return run(cfg)["final/balanced_accuracy"]
     except UserError as error:
         if HydraConfig.get().mode == RunMode.RUN and not _verbose():

@@ -29,12 +29,12 @@ def test_report_aggregates_seeds_per_strategy(tracking_uri):
             "loss": "ce",
             "overrides": overrides,
         }
-        tracker = Tracker(
+        tracker = Tracker.start(
             tracking_uri, "study", f"{sampler}-s{seed}", params={"seed": str(seed)}, tags=tags
         )
         tracker.log_metrics({"final/balanced_accuracy": value, "final/macro_f1": value / 2}, step=0)
         tracker.finish()
-    failed = Tracker(
+    failed = Tracker.start(
         tracking_uri,
         "study",
         "broken",

@@ -1,0 +1,377 @@
+"""Runs survive and bad inputs answer in one or two lines: real CLI subprocesses, real signals,
+a real sqlite store (issue: runs survive)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+from PIL import Image
+
+RUN = [sys.executable, "-m", "runner"]
+
+
+def _write_images(root: Path, layout: dict[str, dict[str, int]], size: int = 8) -> Path:
+    """``{split: {class: images}}`` as PNG files."""
+    for split, classes in layout.items():
+        for c, (name, count) in enumerate(classes.items()):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                Image.fromarray(np.full((size, size, 3), 30 * c + i, np.uint8)).save(
+                    folder / f"{i:03d}.png"
+                )
+    return root
+
+
+@pytest.fixture(scope="module")
+def bad_inputs(tmp_path_factory, migrated_store):
+    """Every case run through the CLI once (two at a time), against one store."""
+    tmp = tmp_path_factory.mktemp("bad")
+    db = tmp / "mlflow.db"
+    shutil.copy(migrated_store, db)
+    uri = f"sqlite:///{db}"
+    client = MlflowClient(uri)
+    client.delete_experiment(client.create_experiment("gone"))
+    good = {"train": {"a": 6, "b": 6}, "test": {"a": 2, "b": 2}}
+    disjoint = _write_images(
+        tmp / "disjoint", {"train": {"a": 6, "c": 6}, "test": {"b": 2, "c": 2}}
+    )
+    corrupt = _write_images(tmp / "corrupt", good)
+    (corrupt / "train" / "a" / "000.png").write_bytes(b"not a png")
+    mixed = _write_images(tmp / "mixed", good)
+    Image.fromarray(np.zeros((9, 9, 3), np.uint8)).save(mixed / "test" / "b" / "001.png")
+    image = ["data=image_folder_lt", "model=small_cnn", f"data.cache_dir={tmp / 'cache'}"]
+    cases = [
+        # composition: Hydra's own checks
+        (["trainer.epoch=3"], "trainer.epoch"),
+        (["trainer.epochs=three"], "trainer.epochs"),
+        (["trainer.batch_size=1.5"], "trainer.batch_size"),
+        (["seed=abc"], "seed"),
+        (["sampler=annealing"], "sampler/annealing"),
+        (["data=nonexistent"], "data/nonexistent"),
+        (["tracking.plot=false"], "tracking.plot"),
+        # targets' parameters
+        (["+sampler.sedd=1"], "sampler.sedd"),
+        (["+sampler.labels=[0]"], "sampler.labels"),
+        (["+data.colour=red"], "data.colour"),
+        (["+model.depth=3"], "model.depth"),
+        (["+loss.alpha=1"], "loss.alpha"),
+        # trainer values
+        (["trainer.schedule=exp"], "trainer.schedule"),
+        (["trainer.epochs=0"], "trainer.epochs"),
+        (["trainer.batch_size=0"], "trainer.batch_size"),
+        (["trainer.warmup_epochs=50"], "trainer.warmup_epochs"),
+        (["trainer.warmup_epochs=-1"], "trainer.warmup_epochs"),
+        (["trainer.device=tpu"], "trainer.device"),
+        (["trainer.lr=0"], "trainer.lr"),
+        (["trainer.lr=-0.1"], "trainer.lr"),
+        (["trainer.lr=nan"], "trainer.lr"),
+        (["trainer.lr=inf"], "trainer.lr"),
+        (["trainer.momentum=1.5"], "trainer.momentum"),
+        (["trainer.weight_decay=-1"], "trainer.weight_decay"),
+        (["trainer.weight_decay=inf"], "trainer.weight_decay"),
+        (["trainer.eval_every=0"], "trainer.eval_every"),
+        (["trainer.checkpoint_every=-1"], "trainer.checkpoint_every"),
+        (["trainer.gamma=0"], "trainer.gamma"),
+        (["eval.few_shot=500"], "eval.few_shot"),
+        # divergence: a FAILED run, never FINISHED
+        (["trainer.lr=1e6", "trainer.warmup_epochs=0"], "trainer.lr"),
+        # sampler values
+        (["sampler=annealed", "sampler.schedule=bogus"], "schedule"),
+        (["sampler=annealed", "sampler.total_epochs=0"], "total_epochs"),
+        (
+            ["sampler=weighted", "sampler.replacement=false", "sampler.num_samples=999999"],
+            "num_samples",
+        ),
+        (["sampler=fixed_class", "trainer.batch_size=100"], "batch_size"),
+        (["sampler=hard_mined", "sampler.floor=0"], "floor"),
+        # data
+        (["data.imbalance_factor=0.5"], "data.imbalance_factor"),
+        (["data.n_max=50", "data.imbalance_factor=100"], "data.n_max"),
+        (["data.num_classes=1"], "num_classes"),
+        (["data.profile=linear"], "data.profile"),
+        (["data=cifar10_lt", "data.root=/nonexistent"], "data.root"),
+        (["data=cifar100_lt", "data.variant=cifar20"], "data.variant"),
+        (["data=image_folder_lt"], "data.root"),
+        ([*image, "data.root=/nonexistent"], "data.root"),
+        ([*image, f"data.root={disjoint}"], "['b']"),
+        ([*image, f"data.root={corrupt}", "data.imbalance_factor=2"], "000.png"),
+        ([*image, f"data.root={mixed}", "data.imbalance_factor=2"], "001.png"),
+        # losses and models
+        (["loss.weights=sampler"], "loss.weights"),
+        (["loss=focal", "loss.gamma=-1"], "loss.gamma"),
+        (["loss=cb_ce", "loss.beta=1.5"], "loss.beta"),
+        (["model=small_cnn"], "model=mlp"),
+        # stores
+        (["tracking.uri=http://127.0.0.1:9"], "tracking.uri"),
+        (["tracking.uri=sqlite:////proc/x.db"], "tracking.uri"),
+        (["tracking.uri=sqlite:////nonexistent/folder/x.db"], "tracking.uri"),
+        (["tracking.experiment="], "tracking.experiment"),
+        (["tracking.experiment=gone"], "tracking.experiment"),
+        (["resume=0123456789abcdef"], "resume"),
+    ]
+
+    def attempt(
+        case: tuple[list[str], str],
+    ) -> tuple[list[str], str, subprocess.CompletedProcess, float]:
+        args, _ = case
+        extra = [] if any(a.startswith("tracking.uri=") for a in args) else [f"tracking.uri={uri}"]
+        started = time.perf_counter()
+        done = subprocess.run(
+            [*RUN, "trainer.epochs=1", "trainer.progress=false", *extra, *args],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return (*case, done, time.perf_counter() - started)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(attempt, cases))
+    return results, uri
+
+
+def test_every_bad_input_gets_one_or_two_lines_and_exit_2(bad_inputs):
+    results, uri = bad_inputs
+    assert len(results) >= 40
+    problems = []
+    for args, parameter, done, seconds in results:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        if done.returncode != 2 or len(lines) > 3 or parameter not in done.stderr:
+            problems.append(f"{' '.join(args)}: rc={done.returncode} stderr={done.stderr[-800:]!r}")
+        elif "Traceback" in done.stderr:
+            problems.append(f"{' '.join(args)}: traceback")
+        elif seconds > 60:  # a store check must answer in seconds, not retry for minutes
+            problems.append(f"{' '.join(args)}: took {seconds:.0f} s")
+    assert not problems, "\n".join(problems)
+    client = MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert {r.info.status for r in runs} <= {"FAILED"}  # never RUNNING, never FINISHED
+    (diverged,) = runs
+    assert diverged.data.tags["sampler"] == "uniform"
+    assert "train/loss" not in diverged.data.metrics or np.isfinite(
+        diverged.data.metrics["train/loss"]
+    )
+
+
+def test_a_bug_still_shows_its_traceback(tmp_path, tracking_uri):
+    done = subprocess.run(
+        [*RUN, "data._target_=builtins.print", f"tracking.uri={tracking_uri}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "Traceback" in done.stderr
+
+
+# ---------------------------------------------------------------- stopping and resuming
+LONG = [
+    "data=digits_lt",
+    "model=small_cnn",
+    "sampler=hard_mined",
+    "trainer.epochs=6",
+    "trainer.batch_size=32",
+    "trainer.progress=false",
+    "tracking.plots=false",
+]
+
+
+def start(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [*RUN, *args], cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+
+
+def wait_for(
+    log: Path, text: str, process: subprocess.Popen, after: str = "", timeout: float = 240
+) -> None:
+    """Until ``text`` appears in the log (after the first ``after``)."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text().partition(after)[2 if after else 0]:
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no {text!r} in time: {log.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def history(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    keys = client.get_run(run_id).data.metrics
+    return {k: [(m.step, m.value) for m in client.get_metric_history(run_id, k)] for k in keys}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, migrated_store):
+    """One uninterrupted run of LONG: the history every resumed run must reproduce."""
+    tmp = tmp_path_factory.mktemp("reference")
+    shutil.copy(migrated_store, tmp / "mlflow.db")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    done = subprocess.run(
+        [*RUN, *LONG, f"tracking.uri={uri}"], cwd=tmp, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
+    return history(client, run.info.run_id)
+
+
+def only_run(uri: str):
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
+    return client, run
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_a_stopped_run_resumes_to_the_same_history(how, tmp_path, tracking_uri, reference):
+    log = tmp_path / "run.log"
+    process = start([*LONG, f"tracking.uri={tracking_uri}"], tmp_path, log)
+    wait_for(log, "epoch 2/6", process)
+    time.sleep(0.1)  # into the third epoch
+    process.send_signal(getattr(signal, how))
+    returncode = process.wait(timeout=60)
+    client, run = only_run(tracking_uri)
+    if how == "SIGKILL":
+        assert returncode == -signal.SIGKILL and run.info.status == "RUNNING"  # nothing could run
+    else:
+        assert returncode == 143 and run.info.status == "KILLED"
+        told = [line for line in log.read_text().splitlines() if "resume=" in line]
+        assert len(told) == 1 and f"resume={run.info.run_id}" in told[0]
+        assert Path(run.data.tags["checkpoint"]).is_file()
+    resumed = subprocess.run(
+        [
+            *RUN,
+            f"resume={run.info.run_id}",
+            f"tracking.uri={tracking_uri}",
+            "trainer.progress=false",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming run" in resumed.stdout + resumed.stderr
+    client, again = only_run(tracking_uri)  # the same run continued, no second one
+    assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+    # Every metric at every step exactly once, and equal to the uninterrupted run's.
+    assert history(client, run.info.run_id) == reference
+
+
+def test_ctrl_c_stops_a_sweep_and_resume_finishes_it(tmp_path, tracking_uri):
+    sweep = [
+        "-m",
+        "sampler=uniform,hard_mined",
+        "data=digits_lt",
+        "model=small_cnn",
+        "trainer.epochs=4",
+        "trainer.batch_size=32",
+        "trainer.progress=false",
+        "tracking.plots=false",
+        f"tracking.uri={tracking_uri}",
+    ]
+    log = tmp_path / "sweep.log"
+    process = start(sweep, tmp_path, log)
+    wait_for(log, "epoch 1/4", process, after="#1 : sampler=hard_mined")
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 130, log.read_text()[-3000:]
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("samplerlab").experiment_id
+    runs = {r.info.run_name: r for r in client.search_runs([experiment])}
+    parent = next(r for r in runs.values() if r.data.tags.get("sweep") == "parent")
+    assert parent.info.status == "KILLED"
+    assert runs["uniform-digits_lt-s0"].info.status == "FINISHED"
+    assert runs["hard_mined-digits_lt-s0"].info.status == "KILLED"
+    assert f"resume={parent.info.run_id}" in log.read_text()
+
+    again = subprocess.run(
+        [*RUN, *sweep, f"resume={parent.info.run_id}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = client.search_runs([experiment])
+    assert len(after) == 3  # one parent, the same two children: nothing run twice
+    assert {r.info.status for r in after} == {"FINISHED"}
+    assert "already finished" in again.stdout
+    children = {
+        r.info.run_id for r in after if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+    }
+    assert children == {
+        runs["uniform-digits_lt-s0"].info.run_id,
+        runs["hard_mined-digits_lt-s0"].info.run_id,
+    }
+
+
+def test_two_sweeps_on_a_new_store_keep_their_parents(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'new.db'}"  # not migrated yet: both processes race for it
+    sweep = [
+        *RUN,
+        "-m",
+        "sampler=uniform,weighted",
+        "trainer.epochs=1",
+        "tracking.plots=false",
+        f"tracking.uri={uri}",
+    ]
+    processes = [
+        subprocess.Popen(
+            sweep, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=300) for p in processes]
+    for process, (_, err) in zip(processes, outputs, strict=True):
+        assert process.returncode == 0 and "raised" not in err, err[-3000:]
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
+    parents = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+    assert len(parents) == 2 and len(runs) == 6
+    for parent in parents:
+        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
+    sweep_dirs = list((tmp_path / "multirun").glob("*/*"))
+    assert len(sweep_dirs) == 2  # one folder each, even when started in the same second
+
+
+def test_a_hundred_classes_train_to_the_end_with_every_figure(tmp_path, tracking_uri):
+    """Every run with more than 12 classes used to fail while drawing its last figure."""
+    from runner.app import run
+    from tests.conftest import compose_config
+    from tests.test_data import write_cifar
+
+    write_cifar(tmp_path, "cifar100", train_per_class=20, test_per_class=2)
+    cfg = compose_config(
+        [
+            "data=cifar100_lt",
+            f"data.root={tmp_path}",
+            "data.verify=false",
+            "data.imbalance_factor=10",
+            "model=small_cnn",
+            "model.width=8",
+            "trainer.epochs=1",
+            "trainer.progress=false",
+            f"tracking.uri={tracking_uri}",
+        ]
+    )
+    run(cfg)
+    client, found = only_run(tracking_uri)
+    assert found.info.status == "FINISHED"
+    assert "final/recall/c99" in found.data.metrics and "sampling/target/c99" in found.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(found.info.run_id)}
+    assert {
+        "confusion_matrix.png",
+        "per_class_accuracy.png",
+        "sampled_class_shares.png",
+    } <= artifacts
