@@ -27,7 +27,6 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from runner import plots
 from runner.config import RunConfig, check_targets
 from runner.data import LongTailData
 from runner.errors import UserError
@@ -439,6 +438,8 @@ def train_and_track(
 def _figures(cfg: DictConfig, parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
     """The run's figures; one that cannot be drawn is skipped with a warning, never failing
     the run (its metrics are recorded by then)."""
+    from runner import plots  # here: matplotlib takes half a second to import
+
     names, counts = parts.data.class_names, parts.data.train_counts.numpy()
     final = progress.latest
     makers = {
@@ -483,5 +484,8 @@ def record_results(
     tracker.log_artifacts(files)
     for figure in files.values():
         if hasattr(figure, "savefig"):
-            plots.plt.close(figure)
+            figure.clear()  # matplotlib keeps figures alive until closed
+            import matplotlib.pyplot as plt
+
+            plt.close(figure)
     return summary

@@ -7,14 +7,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import (
-    accuracy_score,
-    balanced_accuracy_score,
-    classification_report,
-    confusion_matrix,
-    f1_score,
-    precision_recall_fscore_support,
-)
 
 HEADLINE = (
     "accuracy",
@@ -76,6 +68,15 @@ def evaluate(
     many_shot: int = 100,
     few_shot: int = 20,
 ) -> Evaluation:
+    from sklearn.metrics import (  # here: scikit-learn takes a second to import
+        accuracy_score,
+        balanced_accuracy_score,
+        classification_report,
+        confusion_matrix,
+        f1_score,
+        precision_recall_fscore_support,
+    )
+
     labels = np.arange(len(class_names))
     precision, recall, f1, support = precision_recall_fscore_support(
         y_true, y_pred, labels=labels, zero_division=0
