@@ -140,8 +140,9 @@ class Progress:
     drawn: list[np.ndarray] = field(default_factory=list)  # class shares per epoch, as drawn
     target: list[np.ndarray] = field(default_factory=list)  # ... as intended
     latest: Evaluation | None = None
-    best: Evaluation | None = None
+    best: Evaluation | None = None  # on the test set, at the best epoch
     best_epoch: int = 0  # 1-based, as printed
+    best_score: float = -1.0  # balanced accuracy the best epoch was chosen by
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -150,6 +151,7 @@ class Progress:
             "latest": self.latest.state_dict() if self.latest else None,
             "best": self.best.state_dict() if self.best else None,
             "best_epoch": self.best_epoch,
+            "best_score": self.best_score,
         }
 
     @classmethod
@@ -163,6 +165,7 @@ class Progress:
             evaluation(state["latest"]),
             evaluation(state["best"]),
             state["best_epoch"],
+            state["best_score"],
         )
 
 
@@ -341,7 +344,8 @@ def _train_tracked(
         f"\nsamplerlab: {tracker.run_name}, {cfg.trainer.epochs} epochs, "
         f"{time.perf_counter() - started:.1f} s on {parts.device.type}\n"
         f"  final            {_headline(final)}\n"
-        f"  best (epoch {progress.best_epoch:>3})  {_headline(progress.best)}   [selected on the test set: optimistic]\n"
+        f"  best (epoch {progress.best_epoch:>3})  {_headline(progress.best)}   "
+        f"[{'selected on the validation split' if parts.data.val_x is not None else 'selected on the test set: optimistic'}]\n"
         f"  MLflow: {tracker.where()}",
         flush=True,
     )
@@ -364,9 +368,10 @@ def train_and_track(
     (steps up to ``logged_through`` were logged before a resume and are not logged again),
     checkpoint. Signals are held until a batch ends, then stop the loop."""
     trainer, data, state = cfg.trainer, parts.data, parts.state
-    names, counts = data.class_names, data.train_counts.numpy()
+    names = data.class_names
     train_x, train_y = data.train_x.to(parts.device), data.train_y.to(parts.device)
     test_x, test_y = data.test_x.to(parts.device), data.test_y.numpy()
+    val_x = data.val_x.to(parts.device) if data.val_x is not None else None
     augment = data.augment if trainer.augment else None
     show = trainer.progress and sys.stderr.isatty()
     steps = batches_per_epoch(parts.sampler, trainer.batch_size)
@@ -408,18 +413,20 @@ def train_and_track(
             metrics["train/loss"] = result.mean_loss
             metrics["train/lr"] = state.optimizer.param_groups[0]["lr"]
             if state.epoch % trainer.eval_every == 0 or state.epoch == trainer.epochs:
-                with autocast(parts.device):
-                    predictions = predict(state.model, test_x, trainer.eval_batch_size)
-                evaluation = evaluate(
-                    test_y, predictions, counts, names, cfg.eval.many_shot, cfg.eval.few_shot
-                )
+                evaluation = _evaluate(cfg, parts, test_x, test_y)
                 metrics.update(evaluation.metrics(names))
                 progress.latest = evaluation
-                if (
-                    progress.best is None
-                    or evaluation.balanced_accuracy > progress.best.balanced_accuracy
-                ):
-                    progress.best, progress.best_epoch = evaluation, epoch
+                score = evaluation.balanced_accuracy
+                if val_x is not None:  # the honest choice of the best epoch
+                    validation = _evaluate(cfg, parts, val_x, data.val_y.numpy())
+                    metrics.update(validation.metrics(names, "val"))
+                    score = validation.balanced_accuracy
+                if score > progress.best_score:
+                    progress.best, progress.best_epoch, progress.best_score = (
+                        evaluation,
+                        epoch,
+                        score,
+                    )
                 log.info(
                     "epoch %d/%d  loss %.4f  %s",
                     epoch,
@@ -433,6 +440,15 @@ def train_and_track(
             if every and (state.epoch % every == 0 or state.epoch == trainer.epochs):
                 save_checkpoint(checkpoint_path, _checkpoint(parts, progress))
             raise_if_stopped()
+
+
+def _evaluate(cfg: DictConfig, parts: Parts, x: torch.Tensor, y: np.ndarray) -> Evaluation:
+    with autocast(parts.device):
+        predictions = predict(parts.state.model, x, cfg.trainer.eval_batch_size)
+    counts = parts.data.train_counts.numpy()
+    return evaluate(
+        y, predictions, counts, parts.data.class_names, cfg.eval.many_shot, cfg.eval.few_shot
+    )
 
 
 def _figures(cfg: DictConfig, parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
@@ -471,11 +487,15 @@ def record_results(
     final, best = progress.latest, progress.best
     assert final is not None and best is not None  # the last epoch always evaluates
     summary = final.metrics(names, "final")
+    chosen_on = "the test set (optimistic: compare final values)"
+    if parts.data.val_x is not None:
+        chosen_on = "the validation split"
+        summary.update({**best.metrics(names, "best"), "best/epoch": progress.best_epoch})
     tracker.log_metrics(summary, step=cfg.trainer.epochs)
     files: dict[str, Any] = {
         "classification_report.txt": final.report,
-        "best_classification_report.txt": f"best epoch {progress.best_epoch} of {cfg.trainer.epochs}, "
-        f"selected on the test set (optimistic: compare final values)\n\n{best.report}",
+        "best_classification_report.txt": f"best epoch {progress.best_epoch} of "
+        f"{cfg.trainer.epochs}, selected on {chosen_on}\n\n{best.report}",
     }
     if checkpoint_path.is_file():
         files["checkpoint/checkpoint.pt"] = checkpoint_path

@@ -40,6 +40,8 @@ class LongTailData:
     name: str
     imbalance_factor: float
     augment: Augment | None = None
+    val_x: torch.Tensor | None = None  # balanced, carved from the training pool before the cut
+    val_y: torch.Tensor | None = None
 
     @property
     def num_classes(self) -> int:
@@ -102,7 +104,14 @@ def _make_long_tailed(
     data_seed: int,
     n_max: int | None,
     augment: Augment | None,
+    val_per_class: int = 0,
 ) -> LongTailData:
+    val = np.empty(0, np.int64)
+    if val_per_class:
+        val = _validation_split(train_y, len(class_names), val_per_class, data_seed)
+        rest = np.setdiff1d(np.arange(train_y.size), val)
+        val_x, val_y = train_x[val], train_y[val]
+        train_x, train_y = train_x[rest], train_y[rest]
     pool = np.bincount(train_y, minlength=len(class_names))
     n_max = int(pool.min()) if n_max is None else n_max
     if n_max < 1:
@@ -136,7 +145,29 @@ def _make_long_tailed(
         name=name,
         imbalance_factor=float(imbalance_factor),
         augment=augment,
+        val_x=torch.as_tensor(val_x) if val.size else None,
+        val_y=torch.as_tensor(val_y).long() if val.size else None,
     )
+
+
+def _validation_split(
+    labels: np.ndarray, num_classes: int, per_class: int, data_seed: int
+) -> np.ndarray:
+    """``per_class`` indices of every class, drawn with a seed of their own (so the long-tail
+    cut that follows stays a pure function of data_seed), for choosing the best epoch honestly."""
+    if per_class < 0:
+        raise ValueError(f"data.val_per_class must be >= 0, got {per_class}")
+    rng = np.random.RandomState(data_seed + 7919)
+    chosen = []
+    for c in range(num_classes):
+        members = np.flatnonzero(labels == c)
+        if members.size <= per_class:
+            raise ValueError(
+                f"data.val_per_class={per_class} leaves class {c} ({members.size} samples) nothing "
+                f"to train on; use data.val_per_class < {members.size}"
+            )
+        chosen.append(rng.permutation(members)[:per_class])
+    return np.sort(np.concatenate(chosen))
 
 
 def synthetic_lt(
@@ -149,6 +180,7 @@ def synthetic_lt(
     imbalance_factor: float = 100.0,
     profile: str = "exp",
     data_seed: int = 0,
+    val_per_class: int = 0,
 ) -> LongTailData:
     """Gaussian class clusters: means drawn at ``separation`` scale, isotropic ``noise``."""
     if num_classes < 2 or dim < 1 or n_max < 1 or test_per_class < 1:
@@ -162,7 +194,7 @@ def synthetic_lt(
         y = np.repeat(np.arange(num_classes), per_class)
         return (means[y] + noise * rng.randn(y.size, dim)).astype(np.float32), y
 
-    train_x, train_y = sample(n_max)
+    train_x, train_y = sample(n_max + val_per_class)  # the validation split comes out of these
     test_x, test_y = sample(test_per_class)
     names = [f"class_{c}" for c in range(num_classes)]
     return _make_long_tailed(
@@ -177,6 +209,7 @@ def synthetic_lt(
         data_seed,
         n_max,
         None,
+        val_per_class,
     )
 
 
@@ -187,6 +220,7 @@ def digits_lt(
     profile: str = "exp",
     data_seed: int = 0,
     crop_padding: int = 1,
+    val_per_class: int = 0,
 ) -> LongTailData:
     """scikit-learn's bundled 8x8 digits: a balanced held-out test split, a long-tailed rest."""
     from sklearn.datasets import load_digits
@@ -213,6 +247,7 @@ def digits_lt(
         data_seed,
         n_max,
         Augment(crop_padding, flip=False),
+        val_per_class,
     )
 
 
@@ -233,6 +268,7 @@ def cifar_lt(
     profile: str = "exp",
     data_seed: int = 0,
     n_max: int | None = None,
+    val_per_class: int = 0,
 ) -> LongTailData:
     """CIFAR-10-LT or CIFAR-100-LT (``variant``) through torchvision; downloads only with
     ``download=True``. ``n_max`` defaults to the full class size (5,000 or 500)."""
@@ -278,6 +314,7 @@ def cifar_lt(
         data_seed,
         n_max,
         Augment(crop_padding=4, flip=True),
+        val_per_class,
     )
 
 
@@ -358,6 +395,7 @@ def image_folder_lt(
     n_max: int | None = None,
     crop_padding: int = 4,
     flip: bool = True,
+    val_per_class: int = 0,
 ) -> LongTailData:
     """Any ``root/{train,test}/<class>/*`` tree (torchvision ImageFolder layout; classes in sorted
     folder order, so the first folder is the head class). Images must share one size."""
@@ -383,6 +421,7 @@ def image_folder_lt(
         data_seed,
         n_max,
         Augment(crop_padding, flip),
+        val_per_class,
     )
 
 

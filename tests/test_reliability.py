@@ -385,3 +385,32 @@ def test_every_file_source_trains_to_the_end_with_every_figure(source, tmp_path,
         "per_class_accuracy.png",
         "sampled_class_shares.png",
     } <= artifacts
+
+
+def test_a_validation_split_chooses_the_best_epoch_honestly(tracking_uri):
+    from runner.app import run
+    from tests.conftest import compose_config
+
+    cfg = compose_config(
+        [
+            "data.val_per_class=20",
+            "trainer.epochs=3",
+            "trainer.progress=false",
+            "tracking.plots=false",
+            f"tracking.uri={tracking_uri}",
+        ]
+    )
+    summary = run(cfg)
+    client, found = only_run(tracking_uri)
+    metrics = found.data.metrics
+    assert "val/balanced_accuracy" in metrics and 1 <= summary["best/epoch"] <= 3
+    val = client.get_metric_history(found.info.run_id, "val/balanced_accuracy")
+    best_step = max(val, key=lambda m: (m.value, -m.step)).step  # the first epoch that peaks
+    assert summary["best/epoch"] == best_step
+    test = {
+        m.step: m.value
+        for m in client.get_metric_history(found.info.run_id, "test/balanced_accuracy")
+    }
+    assert summary["best/balanced_accuracy"] == test[best_step]  # test numbers of that epoch
+    # Carved before the cut: 20 per class, and the training counts still follow the profile.
+    assert metrics["data/train_count/class_0"] == 500
