@@ -8,7 +8,7 @@ TORCH  ?= torch==2.14.1 torchvision==0.29.1
 SWEEP  ?= sampler=uniform,weighted,fixed_class,annealed,hard_mined,hybrid seed=0,1,2
 PORT   ?= 5000
 
-.PHONY: help install run sweep study test lint bench report ui clean
+.PHONY: help install install-server run sweep study test lint bench report ui server clean
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -31,7 +31,11 @@ sweep: install  ## every sampler x 3 seeds, one parent MLflow run (SWEEP="..." t
 study: install  ## a named study and its table (STUDY=digits; see experiments/studies.py)
 	$(PY) -m experiments.studies $${STUDY:-digits}
 
-test: install  ## the test suite
+install-server:  ## PostgreSQL for `make server` and its test (Debian's package; as root)
+	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql)
+
+test: install install-server  ## the test suite
 	$(PY) -m pytest -q
 
 lint: install  ## ruff lint and format check
@@ -46,6 +50,9 @@ report: install  ## compare the runs of an MLflow experiment (EXPERIMENT=sampler
 
 ui: install  ## MLflow UI for the local store on http://127.0.0.1:5000 (PORT=...)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(PORT)
+
+server: install install-server  ## shared tracking: mlflow server + PostgreSQL on 127.0.0.1:$(PORT) (data in server/)
+	$(PY) -m runner.server --port $(PORT) --folder $(CURDIR)/server
 
 clean:  ## remove the venv, caches, Hydra outputs (keeps mlflow.db and mlartifacts)
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis outputs multirun *.egg-info

@@ -281,7 +281,12 @@ class Tracker:
 
     def where(self) -> str:
         project_store = f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
-        ui = "make ui" if self.uri == project_store else f"mlflow ui --backend-store-uri {self.uri}"
+        if self.uri.startswith(("http://", "https://")):
+            ui = f"{self.uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        elif self.uri == project_store:
+            ui = "make ui"
+        else:
+            ui = f"mlflow ui --backend-store-uri {self.uri}"
         return f"run {self.run_id} in experiment {self.experiment_id} at {self.uri} (browse: {ui})"
 
 
