@@ -97,6 +97,30 @@ def test_sweep_under_the_joblib_launcher(tmp_path, tracking_uri):
     assert parent.info.status == "FINISHED"
 
 
+def test_sweep_under_submitit_local_and_the_slurm_config(tmp_path, tracking_uri):
+    """hydra-submitit-launcher's local executor runs each job as its own process; children
+    join the parent exactly as with the basic launcher. hydra/launcher=slurm composes."""
+    cli(
+        [
+            "-m",
+            "hydra/launcher=submitit_local",
+            "sampler=uniform,weighted",
+            f"tracking.uri={tracking_uri}",
+            *QUICK,
+        ],
+        cwd=tmp_path,
+    )
+    runs = runs_of(tracking_uri)
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
+    assert parent.info.status == "FINISHED"
+    shown = cli(
+        ["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "--cfg", "hydra"], cwd=tmp_path
+    )
+    assert "SlurmLauncher" in shown.stdout and "partition: gpu" in shown.stdout
+
+
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_a_failed_job_fails_its_run_and_the_parent(tmp_path, tracking_uri, launcher):
     # lr=1e30 diverges: the loss turns non-finite, the job stops naming trainer.lr.
