@@ -460,43 +460,16 @@ class SweepCallback(Callback):
         )
 
 
-def load_runs(
-    uri: str | None, experiment: str, parent_run_id: str | None = None
-) -> list[dict[str, Any]]:
-    """Finished child runs of an experiment (or of one sweep) as plain dicts, for reports."""
-    client = MlflowClient(tracking_uri=resolve_uri(uri))
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise ValueError(
-            f"no MLflow experiment named {experiment!r} at {resolve_uri(uri)}; run `make run` first"
-        )
-    query = "attributes.status = 'FINISHED'"
-    if parent_run_id:
-        query += f" and tags.mlflow.parentRunId = '{parent_run_id}'"
-    runs = client.search_runs([found.experiment_id], filter_string=query, max_results=50_000)
-    return [
-        {
-            "run_id": r.info.run_id,
-            "name": r.info.run_name,
-            "tags": dict(r.data.tags),
-            "params": dict(r.data.params),
-            "metrics": dict(r.data.metrics),
-        }
-        for r in runs
-        if "sampler" in r.data.tags  # skip sweep parents
-    ]
-
-
-def latest_sweep(uri: str | None, experiment: str) -> str | None:
-    """Run id of the newest sweep parent in ``experiment`` (None when there is none)."""
-    client = MlflowClient(tracking_uri=resolve_uri(uri))
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        return None
-    runs = client.search_runs(
-        [found.experiment_id],
-        filter_string="tags.sweep = 'parent'",
-        order_by=["attributes.start_time DESC"],
-        max_results=1,
-    )
-    return runs[0].info.run_id if runs else None
+def log_to_run(
+    uri: str | None, run_id: str, metrics: Mapping[str, float], files: Mapping[str, Any]
+) -> None:
+    """Add metrics (at step 0) and files (as for :meth:`Tracker.log_artifacts`) to an existing
+    run, e.g. a sweep's report on its parent run; creates no run, experiment or store."""
+    tracker = object.__new__(Tracker)  # attach to the run: Tracker.__init__ would create one
+    tracker.uri = resolve_uri(uri)
+    tracker.client = MlflowClient(tracking_uri=tracker.uri)
+    tracker.run_id = run_id
+    if metrics:
+        tracker.log_metrics(metrics, step=0)
+    if files:
+        tracker.log_artifacts(files)
