@@ -246,20 +246,25 @@ def verdicts(strategies: list[Strategy]) -> list[str]:
             continue
         prefix = f"{'/'.join(block)}: " if len({s.block for s in strategies}) > 1 else ""
         top = members[0]
-        tied = []
+        tied: dict[str, int] = {}  # label -> paired seeds
+        unpaired = []
         for other in members[1:]:
             p = paired_difference(top.values(RANKED_BY), other.values(RANKED_BY))
-            if p is None or len(p.seeds) < 2 or not p.difference.excludes_zero:
-                tied.append(other.label)
+            if p is None or len(p.seeds) < 2:
+                unpaired.append(other.label)
+            elif not p.difference.excludes_zero:
+                tied[other.label] = len(p.seeds)
         ranking = ", ".join(f"{s.label} {_mean(s, RANKED_BY):.4f}" for s in members)
         answer = f"{prefix}best by balanced accuracy: {top.label}"
-        n = min(len(top.runs), *(len(s.runs) for s in members)) if len(members) > 1 else 0
         if tied:
-            answer += (
-                f"; not distinguishable from it with {_seeds(n)}: {', '.join(tied)}"
-                if n
-                else f"; {', '.join(tied)} cannot be compared with it (no paired seeds)"
-            )
+            if len(set(tied.values())) == 1:
+                names = ", ".join(tied)
+                answer += f"; not distinguishable from it with {_seeds(next(iter(tied.values())))}: {names}"
+            else:
+                names = ", ".join(f"{k} ({_seeds(n)})" for k, n in tied.items())
+                answer += f"; not distinguishable from it: {names}"
+        if unpaired:
+            answer += f"; fewer than 2 paired seeds, not compared: {', '.join(unpaired)}"
         lines.append(answer + ".")
         lines.append(f"{prefix}ranking (mean final balanced accuracy): {ranking}.")
         for other in members[1:]:
@@ -323,7 +328,9 @@ def shot_groups(run: Run) -> dict[str, tuple[list[str], int]] | None:
 
 
 def group_cell(classes: list[str], tests: int) -> str:
-    return f"{len(classes)} classes, {tests} test images" if classes else "none"
+    if not classes:
+        return "none"
+    return f"{len(classes)} class{'es' if len(classes) != 1 else ''}, {tests} test images"
 
 
 # -------------------------------------------------------------------------------- document
@@ -549,7 +556,7 @@ STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:0.8em 0;font-size:0.9em}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
-th{background:#f3f3f3} td{font-variant-numeric:tabular-nums}
+th{background:#f3f3f3} td{font-variant-numeric:tabular-nums;white-space:nowrap}
 figure{margin:1em 0} img{max-width:100%} figcaption{color:#555;font-size:0.9em}
 """
 
@@ -595,7 +602,8 @@ def _metric_name(label: str) -> str:
 
 def summary_metrics(report: Report) -> dict[str, float]:
     """summary/<strategy>/final_<metric>_mean and _ci95 (half-width), n_seeds, and the paired
-    differences to the baseline, vs_<baseline>_<metric>_mean / _ci95."""
+    differences to the baseline, vs_<baseline>_<metric>_mean / _ci95 (rounded to 6 decimals,
+    for the UI's table)."""
     out: dict[str, float] = {}
     for s in report.strategies:
         prefix = f"summary/{_metric_name(s.label)}"
@@ -613,7 +621,7 @@ def summary_metrics(report: Report) -> dict[str, float]:
             out[f"{prefix}/vs_{base}_{metric}_mean"] = p.difference.mean
             if not math.isnan(p.difference.half_width):
                 out[f"{prefix}/vs_{base}_{metric}_ci95"] = p.difference.half_width
-    return out
+    return {k: round(v, 6) for k, v in out.items()}
 
 
 def report_files(report: Report) -> dict[str, Any]:
