@@ -674,13 +674,15 @@ def _title(parent: Run) -> str:
 
 def console_text(report: Report, parent: Run, uri: str, cli: str, make: str | None, ui: str) -> str:
     header, rows = _table(report.strategies)
+    said = [v for v in verdicts(report.strategies) if "ranking (mean final" not in v]
     keep = [0, 1, 3, 7, 8, 9]  # strategy, seeds, bal. acc, few, the two Δ
     lines = [
         f"samplerlab report: sweep {parent.name}, parent run {parent.run_id}: "
         f"{len(report.strategies)} strategies, {report.runs} runs",
         markdown_table([header[i] for i in keep], [[r[i] for i in keep] for r in rows]),
         "(mean ± 95% CI half-width over seeds; Δ: paired difference in points [95% CI])",
-        *(f"  {line}" for line in verdicts(report.strategies)[:2]),
+        *(f"  {line}" for line in said[:8]),
+        *([f"  ... {len(said) - 8} more comparisons in the report"] if len(said) > 8 else []),
         f"Report on the parent run (artifacts report.html, report.md, report_plots/; metrics "
         f"summary/*): {ui}, experiment {parent.experiment_id}, run {parent.name}.",
         f"Rebuild: {make + '  or  ' if make else ''}{cli}",

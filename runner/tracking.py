@@ -464,11 +464,10 @@ def log_to_run(
     uri: str | None, run_id: str, metrics: Mapping[str, float], files: Mapping[str, Any]
 ) -> None:
     """Add metrics (at step 0) and files (as for :meth:`Tracker.log_artifacts`) to an existing
-    run, e.g. a sweep's report on its parent run; creates no run, experiment or store."""
-    tracker = object.__new__(Tracker)  # attach to the run: Tracker.__init__ would create one
-    tracker.uri = resolve_uri(uri)
-    tracker.client = MlflowClient(tracking_uri=tracker.uri)
-    tracker.run_id = run_id
+    run, e.g. a sweep's report on its parent run; its status stays, nothing is created."""
+    uri = resolve_uri(uri)
+    client = MlflowClient(tracking_uri=uri)
+    tracker = Tracker(client, uri, client.get_run(run_id))
     if metrics:
         tracker.log_metrics(metrics, step=0)
     if files:

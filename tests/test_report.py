@@ -59,7 +59,7 @@ def _run(uri, parent, sampler, seed, bal_acc, few, status="FINISHED", extra=""):
         "mlflow.parentRunId": parent,
     }
     params = {"seed": str(seed), "eval.many_shot": "100", "eval.few_shot": "20"}
-    tracker = Tracker(uri, "study", f"{sampler}-s{seed}", params=params, tags=tags)
+    tracker = Tracker.start(uri, "study", f"{sampler}-s{seed}", params=params, tags=tags)
     metrics = {f"data/train_count/{c}": n for c, (n, _) in CLASSES.items()}
     metrics |= {f"data/test_count/{c}": t for c, (_, t) in CLASSES.items()}
     tracker.log_metrics(metrics, step=0)
@@ -80,7 +80,7 @@ def _run(uri, parent, sampler, seed, bal_acc, few, status="FINISHED", extra=""):
 
 @pytest.fixture
 def fake_sweep(tracking_uri):
-    parent = Tracker(tracking_uri, "study", "sweep-x", params={}, tags={"sweep": "parent"})
+    parent = Tracker.start(tracking_uri, "study", "sweep-x", params={}, tags={"sweep": "parent"})
     parent.finish()
     p = parent.run_id
     _run(tracking_uri, p, "uniform", 0, 0.99, 0.99)  # older repeat of uniform seed 0
@@ -160,7 +160,9 @@ def test_publish_logs_the_report_onto_the_parent_run(fake_sweep):
 
 
 def test_empty_or_failed_sweeps_and_wrong_ids_get_a_line_not_a_traceback(tracking_uri):
-    parent = Tracker(tracking_uri, "study", "sweep-empty", params={}, tags={"sweep": "parent"})
+    parent = Tracker.start(
+        tracking_uri, "study", "sweep-empty", params={}, tags={"sweep": "parent"}
+    )
     assert "has no finished runs: nothing to report" in publish(tracking_uri, parent.run_id)
     _run(tracking_uri, parent.run_id, "uniform", 0, 0.5, 0.1, status="FAILED")
     assert "has no finished runs (1 did not finish)" in publish(tracking_uri, parent.run_id)
