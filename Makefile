@@ -45,7 +45,7 @@ report: install  ## the newest sweep's report, onto its parent run (PARENT=id, E
 	$(PY) -m experiments.report $(if $(PARENT),--parent $(PARENT),--experiment $(or $(EXPERIMENT),samplerlab))
 
 install-browser:  ## Debian's chromium for the browser test (as root; CI runs it before make test)
-	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+	command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 ui: install  ## MLflow UI for the local store on http://127.0.0.1:5000 (PORT=...)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(PORT)

@@ -192,9 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     children = MlflowClient(tracking_uri=uri).search_runs(
         [parent.experiment_id], f"tags.mlflow.parentRunId = '{parent.run_id}'"
     )
-    means = sorted(
-        k for k in parent.metrics if k.endswith("/final_balanced_accuracy_mean")
-    ) or sys.exit("experiments.browser: the parent run has no summary metrics: make report")
+    means = sorted(k for k in parent.metrics if k.endswith("/final_balanced_accuracy_mean"))
+    if not means:
+        print("experiments.browser: the parent run has no summary metrics (make report)")
+        return 2
     out = Path(args.out)
     with mlflow_ui(uri, out / "mlflow-ui.log") as base, browser_page(height=1100) as page:
         parent_row(

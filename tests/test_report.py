@@ -214,3 +214,22 @@ def test_samplers_import_torch_alone():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "study", ["synthetic", "digits", "cifar10_lt", "cifar10_lt_paper", "cifar100_lt_paper"]
+)
+def test_every_study_is_a_hydra_experiment_config(study):
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import ROOT
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(
+            config_name="config", overrides=[f"+experiment={study}"], return_hydra_config=True
+        )
+    assert cfg.tracking.experiment == f"study-{study}"
+    axes = cfg.hydra.sweeper.params
+    assert set(axes.sampler.split(",")) >= {"uniform", "weighted", "hybrid"}
+    assert axes.seed == "0,1,2"
+    assert not any(cfg.hydra.runtime.choices[g] is None for g in ("data", "model", "loss"))
