@@ -596,8 +596,8 @@ def to_html(report: Report) -> str:
 
 
 def _metric_name(label: str) -> str:
-    """MLflow metric names allow letters, digits, _ - . / and spaces."""
-    return re.sub(r"[^A-Za-z0-9_\-. ]", "_", label).strip()
+    """A row's label as one metric-name part: "uniform [sampler.q=0.5]" -> uniform_sampler.q_0.5."""
+    return re.sub(r"[^A-Za-z0-9_\-.]+", "_", label).strip("_")
 
 
 def summary_metrics(report: Report) -> dict[str, float]:

@@ -119,7 +119,7 @@ def test_publish_logs_the_report_onto_the_parent_run(fake_sweep):
         0.31667, abs=1e-4
     )
     assert metrics["summary/hybrid/vs_uniform_few_accuracy_ci95"] == pytest.approx(0.0717, abs=1e-4)
-    assert metrics["summary/uniform _sampler.q_0.5_/n_seeds"] == 1
+    assert metrics["summary/uniform_sampler.q_0.5/n_seeds"] == 1
     artifacts = {a.path for a in client.list_artifacts(parent)}
     assert {"report.md", "report.html", "report_plots"} <= artifacts
     plots = {a.path for a in client.list_artifacts(parent, "report_plots")}
