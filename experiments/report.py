@@ -104,10 +104,6 @@ class Strategy:
     def sampler(self) -> str:
         return self.key[3]
 
-    @property
-    def seeds(self) -> list[int]:
-        return [_seed(r) for r in self.runs]
-
     def values(self, metric: str) -> dict[int, float]:
         """Final value of ``metric`` per seed (seeds without it left out)."""
         return {
@@ -131,7 +127,8 @@ class Strategy:
 
 def _seed(run: Run) -> int:
     seed = run.seed
-    return seed if seed is not None else -abs(hash(run.run_id)) % 10**9 - 1
+    # A run without a seed pairs with nothing: a negative number of its own.
+    return seed if seed is not None else -(abs(hash(run.run_id)) % 10**9) - 1
 
 
 def group_runs(runs: Iterable[Run]) -> list[Strategy]:
