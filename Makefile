@@ -8,7 +8,7 @@ TORCH  ?= torch==2.14.1 torchvision==0.29.1
 SWEEP  ?= sampler=uniform,weighted,fixed_class,annealed,hard_mined,hybrid seed=0,1,2
 PORT   ?= 5000
 
-.PHONY: help install install-server run sweep study test lint bench report ui server clean
+.PHONY: help install install-browser install-server run sweep study test lint bench report ui server clean
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -28,14 +28,14 @@ run: install  ## the default experiment (synthetic long-tailed data, MLP, unifor
 sweep: install  ## every sampler x 3 seeds, one parent MLflow run (SWEEP="..." to change)
 	$(PY) -m runner -m $(SWEEP)
 
-study: install  ## a named study and its table (STUDY=digits; see experiments/studies.py)
-	$(PY) -m experiments.studies $${STUDY:-digits}
+study: install  ## a study sweep, its report on the parent run (NAME=digits; conf/experiment/)
+	$(PY) -m runner -m +experiment=$(or $(NAME),$(STUDY),digits)
 
 install-server:  ## PostgreSQL for `make server` and its test (Debian's package; as root)
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql)
 
-test: install install-server  ## the test suite
+test: install install-browser install-server  ## the test suite
 	$(PY) -m pytest -q
 
 lint: install  ## ruff lint and format check
@@ -45,8 +45,11 @@ lint: install  ## ruff lint and format check
 bench: install  ## sampler speed and memory against torch and pytorch-metric-learning
 	$(PY) -m experiments.bench
 
-report: install  ## compare the runs of an MLflow experiment (EXPERIMENT=samplerlab)
-	$(PY) -m experiments.report --experiment $${EXPERIMENT:-samplerlab}
+report: install  ## the newest sweep's report, onto its parent run (PARENT=id, EXPERIMENT=samplerlab)
+	$(PY) -m experiments.report $(if $(PARENT),--parent $(PARENT),--experiment $(or $(EXPERIMENT),samplerlab))
+
+install-browser:  ## Debian's chromium for the browser test (as root; CI runs it before make test)
+	command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 ui: install  ## MLflow UI for the local store on http://127.0.0.1:5000 (PORT=...)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(PORT)

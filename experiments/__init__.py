@@ -1,1 +1,1 @@
-"""Named studies, the sampler benchmark and the comparison report."""
+"""The sampler benchmark, the comparison report (and what it reads and draws), the browser check."""

@@ -457,51 +457,29 @@ class SweepCallback(Callback):
         if client.get_run(self.parent_run_id).info.status == "RUNNING":
             client.set_terminated(self.parent_run_id, status="FINISHED")
         _open_sweeps.pop(self.parent_run_id, None)
-        print(
-            f"samplerlab: sweep parent run {self.parent_run_id}; compare its runs with\n"
-            f"  python -m experiments.report --parent {self.parent_run_id}"
-            + (f" --uri {self.uri}" if self.uri != resolve_uri(None) else ""),
-            flush=True,
-        )
+        # The answer on the parent run: a report that cannot be built never fails the sweep.
+        from experiments.report import publish
+
+        try:
+            print(publish(self.uri, self.parent_run_id), flush=True)
+        except Exception as error:
+            print(
+                f"samplerlab: the sweep's report failed ({type(error).__name__}: {error}); "
+                f"rebuild it with: python -m experiments.report --parent {self.parent_run_id}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
-def load_runs(
-    uri: str | None, experiment: str, parent_run_id: str | None = None
-) -> list[dict[str, Any]]:
-    """Finished child runs of an experiment (or of one sweep) as plain dicts, for reports."""
-    client = MlflowClient(tracking_uri=resolve_uri(uri))
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise ValueError(
-            f"no MLflow experiment named {experiment!r} at {resolve_uri(uri)}; run `make run` first"
-        )
-    query = "attributes.status = 'FINISHED'"
-    if parent_run_id:
-        query += f" and tags.mlflow.parentRunId = '{parent_run_id}'"
-    runs = client.search_runs([found.experiment_id], filter_string=query, max_results=50_000)
-    return [
-        {
-            "run_id": r.info.run_id,
-            "name": r.info.run_name,
-            "tags": dict(r.data.tags),
-            "params": dict(r.data.params),
-            "metrics": dict(r.data.metrics),
-        }
-        for r in runs
-        if "sampler" in r.data.tags  # skip sweep parents
-    ]
-
-
-def latest_sweep(uri: str | None, experiment: str) -> str | None:
-    """Run id of the newest sweep parent in ``experiment`` (None when there is none)."""
-    client = MlflowClient(tracking_uri=resolve_uri(uri))
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        return None
-    runs = client.search_runs(
-        [found.experiment_id],
-        filter_string="tags.sweep = 'parent'",
-        order_by=["attributes.start_time DESC"],
-        max_results=1,
-    )
-    return runs[0].info.run_id if runs else None
+def log_to_run(
+    uri: str | None, run_id: str, metrics: Mapping[str, float], files: Mapping[str, Any]
+) -> None:
+    """Add metrics (at step 0) and files (as for :meth:`Tracker.log_artifacts`) to an existing
+    run, e.g. a sweep's report on its parent run; its status stays, nothing is created."""
+    uri = resolve_uri(uri)
+    client = MlflowClient(tracking_uri=uri)
+    tracker = Tracker(client, uri, client.get_run(run_id))
+    if metrics:
+        tracker.log_metrics(metrics, step=0)
+    if files:
+        tracker.log_artifacts(files)

@@ -1,64 +1,208 @@
-"""The comparison report reads real runs back from a sqlite store."""
+"""The report: intervals and paired differences against hand-computed values, grouping rules,
+publishing onto a sweep's parent run, and one real sweep end to end (real sqlite MLflow)."""
 
 from __future__ import annotations
 
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
-from experiments.report import markdown, summarise
-from runner.tracking import Tracker, load_runs
+from experiments.report import main, publish
+from experiments.stats import paired_difference, t_interval
+from runner.tracking import Tracker
+from tests.sweeps import tiny_sweep
+
+# Student-t quantiles t_{0.975, df} from a printed table.
+T_975 = {1: 12.706, 2: 4.303}
 
 
-def test_report_aggregates_seeds_per_strategy(tracking_uri):
-    runs = [
-        ("uniform", 0, 0.5, ""),
-        ("uniform", 1, 0.7, ""),
-        ("hybrid", 0, 0.8, ""),
-        ("uniform", 0, 0.1, " trainer.lr=0.01"),
-        ("uniform", 1, 0.3, " sampler.q=0.5 hydra/launcher=joblib"),
-    ]
-    for sampler, seed, value, extra in runs:
-        overrides = f"sampler={sampler} seed={seed} tracking.uri=x{extra}"
-        tags = {
-            "sampler": sampler,
-            "data": "digits_lt",
-            "model": "mlp",
-            "loss": "ce",
-            "overrides": overrides,
-        }
-        tracker = Tracker.start(
-            tracking_uri, "study", f"{sampler}-s{seed}", params={"seed": str(seed)}, tags=tags
-        )
-        tracker.log_metrics({"final/balanced_accuracy": value, "final/macro_f1": value / 2}, step=0)
-        tracker.finish()
-    failed = Tracker.start(
-        tracking_uri,
-        "study",
-        "broken",
-        params={},
-        tags={"sampler": "uniform", "data": "digits_lt", "model": "mlp", "loss": "ce"},
+def test_t_interval_matches_the_hand_computed_interval():
+    i = t_interval([0.5, 0.6, 0.7])  # mean 0.6, s = 0.1
+    assert i.mean == pytest.approx(0.6)
+    assert i.std == pytest.approx(0.1)
+    assert i.half_width == pytest.approx(T_975[2] * 0.1 / math.sqrt(3), abs=1e-4)  # 0.2484
+    assert (i.low, i.high) == pytest.approx((0.6 - 0.24841, 0.6 + 0.24841), abs=1e-4)
+    two = t_interval([0.5, 0.7])  # s = 0.1414, half = 12.706 * 0.1414 / 1.4142 = 1.2706
+    assert two.half_width == pytest.approx(1.2706, abs=1e-3)
+    one = t_interval([0.8])
+    assert one.mean == 0.8 and math.isnan(one.half_width) and not one.excludes_zero
+
+
+def test_paired_difference_uses_the_shared_seeds_only():
+    a = {0: 0.62, 1: 0.70, 2: 0.84, 7: 0.1}  # seed 7: no partner, left out
+    b = {0: 0.50, 1: 0.60, 2: 0.70, 5: 0.9}
+    p = paired_difference(a, b)
+    assert p.seeds == (0, 1, 2)
+    # differences 0.12, 0.10, 0.14: mean 0.12, s 0.02, half 4.303 * 0.02 / sqrt(3) = 0.04969
+    assert p.difference.mean == pytest.approx(0.12)
+    assert p.difference.half_width == pytest.approx(0.04969, abs=1e-4)
+    assert p.difference.excludes_zero
+    # Unpaired, the same values could not be told apart: pairing removes the seed effect.
+    assert t_interval([0.62, 0.70, 0.84]).half_width > 0.25
+    assert paired_difference({0: 1.0}, {1: 1.0}) is None
+
+
+CLASSES = {"a": (200, 10), "b": (50, 10), "c": (10, 10), "d": (5, 10)}  # train, test images
+
+
+def _run(uri, parent, sampler, seed, bal_acc, few, status="FINISHED", extra=""):
+    tags = {
+        "sampler": sampler,
+        "data": "synthetic_lt",
+        "model": "mlp",
+        "loss": "ce",
+        "overrides": f"sampler={sampler} seed={seed} tracking.uri=x{extra}",
+        "mlflow.parentRunId": parent,
+    }
+    params = {"seed": str(seed), "eval.many_shot": "100", "eval.few_shot": "20"}
+    tracker = Tracker.start(uri, "study", f"{sampler}-s{seed}", params=params, tags=tags)
+    metrics = {f"data/train_count/{c}": n for c, (n, _) in CLASSES.items()}
+    metrics |= {f"data/test_count/{c}": t for c, (_, t) in CLASSES.items()}
+    tracker.log_metrics(metrics, step=0)
+    final = {
+        "final/accuracy": bal_acc,
+        "final/balanced_accuracy": bal_acc,
+        "final/macro_f1": bal_acc - 0.05,
+        "final/many_accuracy": 0.95,
+        "final/few_accuracy": few,
+    }
+    final |= {f"final/recall/{c}": bal_acc for c in CLASSES}
+    final |= {f"sampling/share/{c}": 0.25 for c in CLASSES}
+    final |= {f"sampling/target/{c}": 0.25 for c in CLASSES}
+    tracker.log_metrics(final, step=1)
+    tracker.finish(status)
+    return tracker.run_id
+
+
+@pytest.fixture
+def fake_sweep(tracking_uri):
+    parent = Tracker.start(tracking_uri, "study", "sweep-x", params={}, tags={"sweep": "parent"})
+    parent.finish()
+    p = parent.run_id
+    _run(tracking_uri, p, "uniform", 0, 0.99, 0.99)  # older repeat of uniform seed 0
+    for seed, (uniform, hybrid, weighted) in enumerate(
+        [(0.50, 0.62, 0.60), (0.60, 0.70, 0.72), (0.70, 0.84, 0.80)]
+    ):
+        _run(tracking_uri, p, "uniform", seed, uniform, [0.10, 0.20, 0.30][seed])
+        _run(tracking_uri, p, "hybrid", seed, hybrid, [0.40, 0.55, 0.60][seed])
+        _run(tracking_uri, p, "weighted", seed, weighted, 0.5)
+    _run(tracking_uri, p, "hybrid", 3, 0.1, 0.1, status="FAILED")  # left out
+    _run(tracking_uri, p, "uniform", 0, 0.3, 0.3, extra=" sampler.q=0.5")  # another row
+    return tracking_uri, p
+
+
+def test_publish_logs_the_report_onto_the_parent_run(fake_sweep):
+    uri, parent = fake_sweep
+    text = publish(uri, parent)
+    assert f"parent run {parent}" in text and "report.html" in text
+    assert f"python -m experiments.report --parent {parent} --uri {uri}" in text
+    client = MlflowClient(tracking_uri=uri)
+    metrics = client.get_run(parent).data.metrics
+    # uniform: 0.5, 0.6, 0.7 (the newer seed-0 run, not the 0.99 repeat) -> 0.6 ± 0.2484
+    assert metrics["summary/uniform/n_seeds"] == 3
+    assert metrics["summary/uniform/final_balanced_accuracy_mean"] == pytest.approx(0.6)
+    assert metrics["summary/uniform/final_balanced_accuracy_ci95"] == pytest.approx(
+        0.2484, abs=1e-4
     )
-    failed.finish("FAILED")  # failed runs are left out
-    rows = summarise(load_runs(tracking_uri, "study"))
-    # Best first; another lr is another configuration, not another seed.
-    assert [(r["sampler"], r["variant"]) for r in rows] == [
-        ("hybrid", "-"),
-        ("uniform", "-"),
-        ("uniform", "sampler.q=0.5"),  # another sampler setting is another row
-        ("uniform", "trainer.lr=0.01"),
-    ]
-    uniform = rows[1]
-    assert uniform["runs"] == 2
-    mean, std = uniform["final/balanced_accuracy"]
-    assert mean == pytest.approx(0.6) and std == pytest.approx(math.sqrt(0.02))
-    assert math.isnan(rows[0]["final/balanced_accuracy"][1])  # one run: no spread
-    table = markdown(rows)
-    assert "| digits_lt | mlp | ce | uniform | - | 2 | 0.6000 ± 0.1414 |" in table
-    with pytest.raises(ValueError, match="no MLflow experiment named 'nothing'"):
-        load_runs(tracking_uri, "nothing")
+    # hybrid - uniform per seed: 0.12, 0.10, 0.14 -> +0.12 ± 0.0497; the failed seed 3 is out
+    assert metrics["summary/hybrid/n_seeds"] == 3
+    assert metrics["summary/hybrid/vs_uniform_balanced_accuracy_mean"] == pytest.approx(0.12)
+    assert metrics["summary/hybrid/vs_uniform_balanced_accuracy_ci95"] == pytest.approx(
+        0.0497, abs=1e-4
+    )
+    # few: 0.30, 0.35, 0.30 -> mean 0.3167, s 0.02887, half 4.303 * 0.02887 / sqrt(3) = 0.0717
+    assert metrics["summary/hybrid/vs_uniform_few_accuracy_mean"] == pytest.approx(
+        0.31667, abs=1e-4
+    )
+    assert metrics["summary/hybrid/vs_uniform_few_accuracy_ci95"] == pytest.approx(0.0717, abs=1e-4)
+    assert metrics["summary/uniform_sampler.q_0.5/n_seeds"] == 1
+    artifacts = {a.path for a in client.list_artifacts(parent)}
+    assert {"report.md", "report.html", "report_plots"} <= artifacts
+    plots = {a.path for a in client.list_artifacts(parent, "report_plots")}
+    assert plots == {
+        "report_plots/final_metrics.png",
+        "report_plots/recall_by_class.png",
+        "report_plots/class_shares.png",
+    }
+    md = Path(client.download_artifacts(parent, "report.md")).read_text()
+    # Ranking and verdicts, worded from the intervals.
+    assert (
+        "best by balanced accuracy: hybrid; not distinguishable from it with 3 seeds: weighted"
+        in md
+    )
+    # hybrid - weighted: 0.02, -0.02, 0.04 -> +1.3, half 4.303 * 0.03055 / sqrt(3) = 0.0759
+    assert (
+        "hybrid vs weighted on balanced accuracy: +1.3 points, 95% CI [-6.3, +8.9]: "
+        "not distinguishable with 3 seeds" in md
+    )
+    assert (
+        "hybrid > uniform on balanced accuracy: +12.0 points, 95% CI [+7.0, +17.0] (3 paired seeds)"
+        in md
+    )
+    assert "hybrid > uniform on few-shot accuracy: +31.7 points, 95% CI [+24.5, +38.8]" in md
+    assert "| uniform | 3 | 0.6000 ± 0.2484 | 0.6000 ± 0.2484 |" in md
+    assert "| hybrid | 3 |" in md and "| +12.0 [+7.0, +17.0] | +31.7 [+24.5, +38.8] |" in md
+    assert "| uniform [sampler.q=0.5] | 1 | 0.3000 |" in md  # a variant is a row, not a seed
+    # Classes by training count: a (200) many, b (50) medium, c and d (< 20) few.
+    assert (
+        "| synthetic_lt | all | 1 class, 10 test images | 1 class, 10 test images | 2 classes, 20 test images |"
+        in md
+    )
+    assert "1 older run(s) repeating a configuration and seed are left out" in md
+    assert "1 run(s) left out because they did not finish (1 FAILED)" in md
+    html = Path(client.download_artifacts(parent, "report.html")).read_text()
+    assert html.count("data:image/png;base64,") == 3 and "<table" in html
+    assert publish(uri, parent) == text  # publishing again replaces, it does not add
+
+
+def test_empty_or_failed_sweeps_and_wrong_ids_get_a_line_not_a_traceback(tracking_uri):
+    parent = Tracker.start(
+        tracking_uri, "study", "sweep-empty", params={}, tags={"sweep": "parent"}
+    )
+    assert "has no finished runs: nothing to report" in publish(tracking_uri, parent.run_id)
+    _run(tracking_uri, parent.run_id, "uniform", 0, 0.5, 0.1, status="FAILED")
+    assert "has no finished runs (1 did not finish)" in publish(tracking_uri, parent.run_id)
+    assert "no run 'nope'" in publish(tracking_uri, "nope")
+
+
+def test_the_cli_never_creates_a_store(tmp_path, tracking_uri, capsys):
+    typo = tmp_path / "typo" / "mlflow.db"
+    assert main(["--uri", f"sqlite:///{typo}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("experiments.report: no store at") and "\n" not in err
+    assert not typo.exists() and not typo.parent.exists()
+    assert main(["--uri", tracking_uri, "--experiment", "nothing"]) == 2
+    assert "no experiment 'nothing'" in capsys.readouterr().err
+    done = subprocess.run(
+        [sys.executable, "-m", "experiments.report", "--uri", f"sqlite:///{typo}"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, migrated_store):
+    return tiny_sweep(tmp_path_factory.getbasetemp() / "tiny-sweep", migrated_store)
+
+
+def test_a_real_sweep_reports_onto_its_parent_run(sweep, capsys):
+    """`python -m runner -m +experiment=synthetic ...` -> publish -> the parent run holds it."""
+    assert len(sweep.child_names) == 4
+    text = publish(sweep.uri, sweep.parent_run_id)
+    assert f"parent run {sweep.parent_run_id}" in text and "2 strategies, 4 runs" in text
+    metrics = MlflowClient(tracking_uri=sweep.uri).get_run(sweep.parent_run_id).data.metrics
+    assert metrics["summary/hybrid/n_seeds"] == metrics["summary/uniform/n_seeds"] == 2
+    assert 0 <= metrics["summary/hybrid/final_balanced_accuracy_mean"] <= 1
+    assert "summary/hybrid/vs_uniform_few_accuracy_ci95" in metrics
+    # The CLI finds the newest sweep of the study's experiment by itself, prints, logs nothing.
+    assert main(["--uri", sweep.uri, "--experiment", "study-synthetic", "--no-log"]) == 0
+    out = capsys.readouterr().out
+    assert "| hybrid | 2 |" in out and "| uniform | 2 |" in out and "baseline" in out
 
 
 def test_samplers_import_torch_alone():
@@ -72,26 +216,20 @@ def test_samplers_import_torch_alone():
     assert out.strip() == "[]"
 
 
-def test_a_named_study_sweeps_every_sampler_and_reports(tracking_uri, tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "experiments.studies",
-            "synthetic",
-            "--uri",
-            tracking_uri,
-            "seed=0",
-            "trainer.epochs=1",
-            "tracking.plots=false",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    table = [line for line in done.stdout.splitlines() if line.startswith("| synthetic_lt")]
-    samplers = sorted(line.split("|")[4].strip() for line in table)
-    assert samplers == ["annealed", "fixed_class", "hard_mined", "hybrid", "uniform", "weighted"]
-    assert all("| 1 |" in line for line in table)  # one seed each
+@pytest.mark.parametrize(
+    "study", ["synthetic", "digits", "cifar10_lt", "cifar10_lt_paper", "cifar100_lt_paper"]
+)
+def test_every_study_is_a_hydra_experiment_config(study):
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import ROOT
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(
+            config_name="config", overrides=[f"+experiment={study}"], return_hydra_config=True
+        )
+    assert cfg.tracking.experiment == f"study-{study}"
+    axes = cfg.hydra.sweeper.params
+    assert set(axes.sampler.split(",")) >= {"uniform", "weighted", "hybrid"}
+    assert axes.seed == "0,1,2"
+    assert not any(cfg.hydra.runtime.choices[g] is None for g in ("data", "model", "loss"))

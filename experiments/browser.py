@@ -1,0 +1,224 @@
+"""The MLflow UI in a real browser: Debian's chromium driven by playwright (no browser download).
+
+Used by tests/test_browser.py, and for the README's screenshots of a sweep's parent run:
+
+    python -m experiments.browser --uri sqlite:///mlflow.db --experiment study-digits --out docs/
+
+It starts ``mlflow ui`` on a free port, shows the sweep's parent row with its summary metrics
+and its children expanded, then the report.html artifact, and saves both as PNGs.
+Never waits for network idle (the UI keeps polling); it waits for text and selectors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = os.environ.get("SAMPLERLAB_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 60_000
+
+
+def chromium_available() -> bool:
+    return Path(CHROMIUM).is_file()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def mlflow_ui(uri: str, log: Path) -> Iterator[str]:
+    """``mlflow ui`` for ``uri`` on a free local port; yields its base URL, stops it after."""
+    port = free_port()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+            + ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"mlflow ui did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield base
+    finally:  # mlflow ui runs uvicorn as a child: stop the whole process group
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+@contextlib.contextmanager
+def browser_page(width: int = 1600, height: int = 900) -> Iterator[Any]:
+    """A playwright page in Debian's chromium (headless)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(TIMEOUT_MS)
+            yield page
+        finally:
+            browser.close()
+
+
+def _close_assistant(page: Any) -> None:
+    """The UI opens an assistant side panel; close it when there is one (room for the table)."""
+    close = page.get_by_role("button", name="Close")
+    with contextlib.suppress(Exception):
+        close.first.click(timeout=3000)
+
+
+def parent_row(
+    page: Any,
+    base: str,
+    experiment_id: str,
+    parent_name: str,
+    metrics: Sequence[str],
+    children: Sequence[str],
+    screenshot: Path,
+) -> str:
+    """Open the experiment's runs table, show ``metrics`` as columns, expand the sweep's
+    parent row; returns the parent row's text (after waiting for every child's name)."""
+    page.goto(f"{base}/#/experiments/{experiment_id}/runs", wait_until="domcontentloaded")
+    row = page.get_by_role("row").filter(has_text=parent_name).first
+    row.wait_for()
+    _close_assistant(page)
+    page.get_by_role("button", name="Columns").click()
+    search = page.get_by_placeholder("Search columns")
+    for metric in metrics:
+        search.fill(metric)
+        page.get_by_text(metric, exact=True).first.click()
+    page.keyboard.press("Escape")
+    row = page.get_by_role("row").filter(has_text=parent_name).first
+    row.locator("button").first.click()  # the expander left of the run name
+    for child in children:
+        page.get_by_text(child, exact=True).first.wait_for()
+    # The grid renders a row in parts (pinned name column, scrolled metric columns): join them.
+    row_id = row.get_attribute("row-id")
+    text = "\n".join(page.locator(f'[role="row"][row-id="{row_id}"]').all_inner_texts())
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(screenshot))
+    return text
+
+
+def report_artifact(
+    page: Any, base: str, experiment_id: str, run_id: str, screenshot: Path, scroll_to: str
+) -> tuple[str, int]:
+    """Open the parent run's report.html artifact in the UI; returns the rendered report's text
+    and how many of its images loaded, after scrolling to the text ``scroll_to``."""
+    page.goto(
+        f"{base}/#/experiments/{experiment_id}/runs/{run_id}/artifacts",
+        wait_until="domcontentloaded",
+    )
+    _close_assistant(page)
+    page.get_by_text("report.html", exact=True).first.click()
+    frame = page.frame_locator("iframe").first
+    frame.locator("table.results").first.wait_for()
+    images = frame.locator("img")
+    images.last.wait_for()
+    loaded = sum(
+        images.nth(i).evaluate("img => img.complete && img.naturalWidth > 0")
+        for i in range(images.count())
+    )
+    frame.get_by_text(scroll_to).first.scroll_into_view_if_needed()
+    text = frame.locator("body").inner_text()
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(screenshot))
+    return text, loaded
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from mlflow.tracking import MlflowClient
+
+    from experiments.store import StoreError, experiment_id, get_run, latest_sweep, open_store
+
+    parser = argparse.ArgumentParser(prog="python -m experiments.browser", description=__doc__)
+    parser.add_argument("--uri", default=None)
+    parser.add_argument("--experiment", default="samplerlab")
+    parser.add_argument("--parent", default=None, help="the sweep's parent run (default: newest)")
+    parser.add_argument("--out", default="docs", help="folder for the two screenshots")
+    args = parser.parse_args(argv)
+    try:
+        client, uri = open_store(args.uri)
+        exp = experiment_id(client, uri, args.experiment)
+        parent = get_run(client, uri, args.parent) if args.parent else latest_sweep(client, exp)
+    except StoreError as err:
+        print(f"experiments.browser: {err}", file=sys.stderr)
+        return 2
+    if parent is None:
+        print(f"experiments.browser: no sweep in experiment {args.experiment!r}", file=sys.stderr)
+        return 2
+    children = MlflowClient(tracking_uri=uri).search_runs(
+        [parent.experiment_id], f"tags.mlflow.parentRunId = '{parent.run_id}'"
+    )
+    means = sorted(k for k in parent.metrics if k.endswith("/final_balanced_accuracy_mean"))
+    if not means:
+        print("experiments.browser: the parent run has no summary metrics (make report)")
+        return 2
+    out = Path(args.out)
+    with mlflow_ui(uri, out / "mlflow-ui.log") as base, browser_page(height=1100) as page:
+        parent_row(
+            page,
+            base,
+            parent.experiment_id,
+            parent.name,
+            means,
+            [r.info.run_name for r in children][:3],
+            out / "mlflow_parent_row.png",
+        )
+        report_artifact(
+            page,
+            base,
+            parent.experiment_id,
+            parent.run_id,
+            out / "mlflow_report.png",
+            "Plots",
+        )
+    (out / "mlflow-ui.log").unlink()
+    print(f"written: {out / 'mlflow_parent_row.png'}, {out / 'mlflow_report.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Reading runs back from an MLflow store, for reports. Reads only: never creates a store or an
+experiment (a mistyped path is an error, not a new empty database)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from runner.tracking import resolve_uri
+
+
+class StoreError(Exception):
+    """No store at the URI, no such experiment or run: a one-line message for the user."""
+
+
+@dataclass
+class Run:
+    run_id: str
+    experiment_id: str
+    name: str
+    status: str
+    start_time: int
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def seed(self) -> int | None:
+        value = self.params.get("seed")
+        if value is None:
+            for override in self.tags.get("overrides", "").split():
+                if override.startswith("seed="):
+                    value = override.removeprefix("seed=")
+        try:
+            return int(value) if value is not None else None
+        except ValueError:
+            return None
+
+
+def _local_path(uri: str) -> Path | None:
+    """The file or folder a local store lives in (None for a server)."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri.removeprefix("sqlite:///"))
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    if parsed.scheme == "" or len(parsed.scheme) == 1:  # a plain path (or a Windows drive)
+        return Path(uri)
+    return None
+
+
+def open_store(uri: str | None) -> tuple[MlflowClient, str]:
+    """A client for an existing store; StoreError when a local store is not there."""
+    resolved = resolve_uri(uri)
+    path = _local_path(resolved)
+    if path is not None and not path.exists():
+        raise StoreError(f"no store at {resolved} (nothing at {path}); check --uri / tracking.uri")
+    return MlflowClient(tracking_uri=resolved), resolved
+
+
+def _run(r: Any) -> Run:
+    return Run(
+        run_id=r.info.run_id,
+        experiment_id=r.info.experiment_id,
+        name=r.info.run_name or r.info.run_id,
+        status=r.info.status,
+        start_time=r.info.start_time or 0,
+        tags=dict(r.data.tags),
+        params=dict(r.data.params),
+        metrics=dict(r.data.metrics),
+    )
+
+
+def experiment_id(client: MlflowClient, uri: str, name: str) -> str:
+    found = client.get_experiment_by_name(name)
+    if found is None:
+        known = sorted(e.name for e in client.search_experiments())
+        raise StoreError(f"no experiment {name!r} at {uri} (experiments there: {known})")
+    return found.experiment_id
+
+
+def get_run(client: MlflowClient, uri: str, run_id: str) -> Run:
+    try:
+        return _run(client.get_run(run_id))
+    except MlflowException:
+        raise StoreError(f"no run {run_id!r} at {uri}") from None
+
+
+def child_runs(client: MlflowClient, parent: Run) -> list[Run]:
+    """Every (non-deleted) child run of a sweep's parent run, any status."""
+    runs = client.search_runs(
+        [parent.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent.run_id}'",
+        max_results=50_000,
+    )
+    return [_run(r) for r in runs]
+
+
+def experiment_runs(client: MlflowClient, experiment_id_: str) -> list[Run]:
+    """Every (non-deleted) training run of an experiment, any status (sweep parents left out)."""
+    runs = client.search_runs([experiment_id_], max_results=50_000)
+    return [_run(r) for r in runs if r.data.tags.get("sweep") != "parent"]
+
+
+def latest_sweep(client: MlflowClient, experiment_id_: str) -> Run | None:
+    """The newest sweep parent run of an experiment (None when there is none)."""
+    runs = client.search_runs(
+        [experiment_id_],
+        filter_string="tags.sweep = 'parent'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return _run(runs[0]) if runs else None

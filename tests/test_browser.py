@@ -1,0 +1,64 @@
+"""The MLflow UI in a real browser (Debian's chromium through playwright): after a tiny sweep,
+the parent run's row shows the summary metrics, expanding it lists the children, and the
+report.html artifact renders its table and plots. Screenshots go to $SAMPLERLAB_SCREENSHOTS
+(default: the test's temporary folder)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from experiments.browser import (
+    browser_page,
+    chromium_available,
+    mlflow_ui,
+    parent_row,
+    report_artifact,
+)
+from experiments.report import publish
+from tests.sweeps import tiny_sweep
+
+pytestmark = pytest.mark.skipif(
+    not chromium_available() and not os.environ.get("CI"),
+    reason="no chromium here (make install-browser); in CI this test always runs",
+)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, migrated_store):
+    return tiny_sweep(tmp_path_factory.getbasetemp() / "tiny-sweep", migrated_store)
+
+
+def test_the_mlflow_ui_shows_the_answer_on_the_parent_run(sweep, tmp_path):
+    publish(sweep.uri, sweep.parent_run_id)  # what the sweep's end does (again: idempotent)
+    shown = [f"summary/{s}/final_balanced_accuracy_mean" for s in ("hybrid", "uniform")]
+    logged = MlflowClient(tracking_uri=sweep.uri).get_run(sweep.parent_run_id).data.metrics
+    shots = Path(os.environ.get("SAMPLERLAB_SCREENSHOTS") or tmp_path)
+    with mlflow_ui(sweep.uri, tmp_path / "mlflow-ui.log") as base, browser_page() as page:
+        row = parent_row(
+            page,
+            base,
+            sweep.experiment_id,
+            sweep.parent_name,
+            shown,
+            sweep.child_names,
+            shots / "mlflow_parent_row.png",
+        )
+        for metric in shown:
+            assert str(logged[metric]) in row, (metric, logged[metric], row)
+        text, images = report_artifact(
+            page,
+            base,
+            sweep.experiment_id,
+            sweep.parent_run_id,
+            shots / "mlflow_report.png",
+            "Plots",
+        )
+    assert "Final test metrics per strategy" in text and "best by balanced accuracy" in text
+    assert "baseline" in text and "hybrid" in text
+    assert images == 3  # the three plots, embedded, all decoded
+    for name in ("mlflow_parent_row.png", "mlflow_report.png"):
+        assert (shots / name).stat().st_size > 10_000
