@@ -18,7 +18,6 @@ from experiments.browser import (
     parent_row,
     report_artifact,
 )
-from experiments.report import publish
 from tests.sweeps import tiny_sweep
 
 pytestmark = pytest.mark.skipif(
@@ -33,7 +32,6 @@ def sweep(tmp_path_factory, migrated_store):
 
 
 def test_the_mlflow_ui_shows_the_answer_on_the_parent_run(sweep, tmp_path):
-    publish(sweep.uri, sweep.parent_run_id)  # what the sweep's end does (again: idempotent)
     shown = [f"summary/{s}/final_balanced_accuracy_mean" for s in ("hybrid", "uniform")]
     logged = MlflowClient(tracking_uri=sweep.uri).get_run(sweep.parent_run_id).data.metrics
     shots = Path(os.environ.get("SAMPLERLAB_SCREENSHOTS") or tmp_path)

@@ -191,11 +191,23 @@ def sweep(tmp_path_factory, migrated_store):
 
 
 def test_a_real_sweep_reports_onto_its_parent_run(sweep, capsys):
-    """`python -m runner -m +experiment=synthetic ...` -> publish -> the parent run holds it."""
+    """`python -m runner -m +experiment=synthetic ...` ends by publishing its report: it prints
+    the answer and where it is, and the parent run holds it."""
     assert len(sweep.child_names) == 4
-    text = publish(sweep.uri, sweep.parent_run_id)
-    assert f"parent run {sweep.parent_run_id}" in text and "2 strategies, 4 runs" in text
-    metrics = MlflowClient(tracking_uri=sweep.uri).get_run(sweep.parent_run_id).data.metrics
+    printed = sweep.stdout
+    assert (
+        f"samplerlab report: sweep {sweep.parent_name}, parent run {sweep.parent_run_id}: "
+        "2 strategies, 4 runs" in printed
+    )
+    assert "| hybrid | 2 |" in printed and "best by balanced accuracy" in printed
+    assert (
+        f"python -m experiments.report --parent {sweep.parent_run_id} --uri {sweep.uri}" in printed
+    )
+    client = MlflowClient(tracking_uri=sweep.uri)
+    assert {"report.html", "report.md", "report_plots"} <= {
+        a.path for a in client.list_artifacts(sweep.parent_run_id)
+    }
+    metrics = client.get_run(sweep.parent_run_id).data.metrics
     assert metrics["summary/hybrid/n_seeds"] == metrics["summary/uniform/n_seeds"] == 2
     assert 0 <= metrics["summary/hybrid/final_balanced_accuracy_mean"] <= 1
     assert "summary/hybrid/vs_uniform_few_accuracy_ci95" in metrics
