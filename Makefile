@@ -11,7 +11,7 @@ PORT   ?= 5000
 .PHONY: help install install-browser install-server run sweep study test lint bench report ui server clean
 
 help:  ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 install: $(STAMP)  ## create .venv and install samplerlab with its dev tools (once)
 
