@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import torch
@@ -25,11 +26,16 @@ __all__ = [
     "SampleWeights",
     "LabelIndex",
     "as_labels",
+    "check_bool",
     "check_int",
     "check_number",
+    "cycled_passes",
     "draw",
     "epoch_seed",
     "generator_for",
+    "group_by",
+    "run_tasks",
+    "sub_seed",
 ]
 
 
@@ -69,6 +75,20 @@ def check_int(name: str, value: Any, minimum: int | None = None) -> int:
             minimum, f"an integer >= {minimum}"
         )
         raise ValueError(f"{name} must be {what}, got {value!r}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is a real bool, or a ValueError that names ``name``.
+
+    Strings and numbers are refused rather than read as truthy: ``"False"`` from a config file or
+    ``0`` would otherwise silently mean the opposite of what was meant.
+    """
+    if not isinstance(value, bool):
+        raise ValueError(
+            f"{name} must be True or False, got {value!r} ({type(value).__name__}); pass a bool "
+            "(in YAML: true / false, unquoted)"
+        )
     return value
 
 
@@ -149,10 +169,11 @@ class LabelIndex:
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MASK63 = (1 << 63) - 1
-#: Draws with replacement run in chunks of this many indices, each from its own generator, so
-#: the result does not depend on how many threads produced it (and chunks stay in cache).
+#: Random work runs in chunks of this many items, each from its own generator, so the result
+#: does not depend on how many threads produced it (and chunks stay in cache).
 CHUNK = 1 << 16
 _pool: ThreadPoolExecutor | None = None
+_in_worker = threading.local()
 
 
 def _forget_pool() -> None:
@@ -170,9 +191,133 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return int.from_bytes(digest, "little") & _MASK63
 
 
+def sub_seed(seed: int, stream: int) -> int:
+    """The 63-bit seed of one stream (a chunk, a class, a pass) of ``seed``."""
+    return (seed + (stream + 1) * _GOLDEN) & _MASK63
+
+
 def generator_for(seed: int, stream: int = 0) -> torch.Generator:
     """A fresh CPU generator for one stream (e.g. one chunk) of a 63-bit seed."""
-    return torch.Generator().manual_seed((seed + (stream + 1) * _GOLDEN) & _MASK63)
+    return torch.Generator().manual_seed(sub_seed(seed, stream))
+
+
+def _start_worker(threads: int) -> None:
+    """Pool threads run torch on one thread each: the pool's chunks are the parallelism, and a
+    small draw never waits on intra-op threads that a loaded machine has descheduled (a draw of
+    10^4 labels took 42 ms with two intra-op threads under load, 2 ms with one)."""
+    torch.get_num_threads()  # torch's lazy per-thread setup first, so that it cannot undo this
+    torch.set_num_threads(1)  # per thread under OpenMP, but it also sets torch's default for new
+    # threads; a short-lived thread puts that default back, so user threads are unaffected.
+    restore = threading.Thread(target=torch.set_num_threads, args=(threads,))
+    restore.start()
+    restore.join()
+    _in_worker.active = True
+
+
+def run_tasks(tasks: Sequence[Callable[[], object]]) -> None:
+    """Run independent ``tasks`` (each seeded on its own) on the drawing pool.
+
+    Inside a pool thread the tasks run inline: nested waits on one pool could deadlock.
+    """
+    global _pool
+    if getattr(_in_worker, "active", False):
+        for task in tasks:
+            task()
+        return
+    if _pool is None:
+        threads = torch.get_num_threads()
+        _pool = ThreadPoolExecutor(
+            max_workers=max(1, min(threads, 8)), initializer=_start_worker, initargs=(threads,)
+        )
+    for future in [_pool.submit(task) for task in tasks]:
+        future.result()  # torch releases the GIL inside its kernels; errors surface here
+
+
+def _chunks(count: int) -> range:
+    return range(-(-count // CHUNK))
+
+
+def _in_chunks(
+    count: int, seed: int, produce: Callable[[int, torch.Generator], torch.Tensor]
+) -> torch.Tensor:
+    """``produce(size, generator)`` for each chunk of ``count``, on the drawing pool."""
+    out = torch.empty(count, dtype=torch.long)
+
+    def fill(chunk: int) -> None:
+        start = chunk * CHUNK
+        size = min(CHUNK, count - start)
+        out[start : start + size] = produce(size, generator_for(seed, chunk))
+
+    run_tasks([partial(fill, chunk) for chunk in _chunks(count)])
+    return out
+
+
+def group_by(keys: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices that sort integer ``keys`` in ``[0, num_groups)`` stably, and each group's size.
+
+    A counting sort: each cache-sized chunk is sorted on its own in the narrowest integer dtype
+    (torch sorts those far faster than int64 or a whole array) and placed by the counts of the
+    chunks before it.
+    """
+    dtype = (
+        torch.uint8 if num_groups <= 256 else torch.int16 if num_groups <= 2**15 else torch.int32
+    )
+    keys = keys.to(dtype)
+    count = keys.numel()
+    chunks = _chunks(count)
+    per_chunk = torch.zeros(len(chunks), num_groups, dtype=torch.long)
+
+    def tally(chunk: int) -> None:
+        part = keys[chunk * CHUNK : (chunk + 1) * CHUNK]
+        per_chunk[chunk] = torch.bincount(part.int(), minlength=num_groups)
+
+    run_tasks([partial(tally, chunk) for chunk in chunks])
+    totals = per_chunk.sum(0)
+    # Where chunk j's members of group g start in the result, minus where they start in the
+    # chunk's own sorted order: the shift from one to the other.
+    shift = (torch.cumsum(totals, 0) - totals) + (torch.cumsum(per_chunk, 0) - per_chunk)
+    shift -= torch.cumsum(per_chunk, 1) - per_chunk
+    out = torch.empty(count, dtype=torch.long)
+
+    def place(chunk: int) -> None:
+        start = chunk * CHUNK
+        part = keys[start : start + CHUNK]
+        local = torch.argsort(part, stable=True)
+        target = torch.index_select(shift[chunk], 0, torch.index_select(part, 0, local).long())
+        target += torch.arange(part.numel())
+        out.index_copy_(0, target, local.add_(start))
+
+    run_tasks([partial(place, chunk) for chunk in chunks])
+    return out, totals
+
+
+#: Below this size a class's passes are shuffled together, by sorting random keys row by row;
+#: above it one ``randperm`` per pass is cheaper than the sort.
+_ROW_SORT_MAX = 1024
+
+
+def cycled_passes(size: int, take: int, slots: int, seed: int) -> torch.Tensor:
+    """Positions in ``[0, size)`` for ``slots`` slots of ``take`` each, shape (slots, take).
+
+    The positions are read in fresh shuffled passes, one pass every ``ceil(size / take)``
+    slots. When ``take`` does not divide ``size``, a pass's last slot is completed with the
+    first positions of the same pass, so every position appears in every pass and, when
+    ``take <= size``, no slot holds a position twice. With ``take > size`` each slot holds
+    every position ``take // size`` or one more times.
+    """
+    per_pass = -(-size // take)
+    passes = -(-slots // per_pass)
+    if passes > 1 and size <= _ROW_SORT_MAX:
+        keys = torch.rand(passes, size, dtype=torch.float64, generator=generator_for(seed))
+        perms = torch.argsort(keys, dim=1, stable=True)
+    else:
+        perms = torch.stack(
+            [torch.randperm(size, generator=generator_for(seed, p)) for p in range(passes)]
+        )
+    length = per_pass * take
+    if length > size:
+        perms = perms.repeat(1, -(-length // size))[:, :length]
+    return perms.reshape(-1)[: slots * take].view(slots, take)
 
 
 class AliasTable:
@@ -215,29 +360,6 @@ class AliasTable:
         return torch.where(stays, bucket, torch.index_select(self.alias, 0, bucket))
 
 
-def _in_chunks(
-    count: int, seed: int, produce: Callable[[int, torch.Generator], torch.Tensor]
-) -> torch.Tensor:
-    """``produce(size, generator)`` for each chunk of ``count``, on a small thread pool."""
-    global _pool
-    out = torch.empty(count, dtype=torch.long)
-
-    def fill(chunk: int) -> None:
-        start = chunk * CHUNK
-        size = min(CHUNK, count - start)
-        out[start : start + size] = produce(size, generator_for(seed, chunk))
-
-    chunks = range(-(-count // CHUNK))
-    if len(chunks) == 1:
-        fill(0)
-        return out
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=max(1, min(torch.get_num_threads(), 8)))
-    for done in _pool.map(fill, chunks):  # torch releases the GIL inside its kernels
-        del done
-    return out
-
-
 def draw(
     distribution: Distribution,
     index: LabelIndex,
@@ -262,15 +384,15 @@ def draw(
     weights = distribution.weights
     if isinstance(distribution, ClassWeights):  # spread each class's weight over its members
         weights = (weights / index.counts.clamp(min=1))[index.labels]
-    return _weighted_order(weights, num_samples, generator_for(seed))
+    return _weighted_order(weights, num_samples, seed)
 
 
-def _weighted_order(
-    weights: torch.Tensor, num_samples: int, generator: torch.Generator
-) -> torch.Tensor:
+def _weighted_order(weights: torch.Tensor, num_samples: int, seed: int) -> torch.Tensor:
     if bool((weights == weights[0]).all()):
-        return torch.randperm(weights.numel(), generator=generator)[:num_samples]
-    keys = torch.empty(weights.numel(), dtype=torch.float64).exponential_(generator=generator)
+        return torch.randperm(weights.numel(), generator=generator_for(seed))[:num_samples]
+    keys = torch.empty(weights.numel(), dtype=torch.float64).exponential_(
+        generator=generator_for(seed)
+    )
     keys /= weights  # zero weight -> infinite key -> never among the first num_samples
     if num_samples * 4 < weights.numel():
         return torch.topk(keys, num_samples, largest=False, sorted=True).indices

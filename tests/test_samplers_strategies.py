@@ -100,9 +100,9 @@ def test_fixed_class_k_by_m_batches_have_exact_composition():
     for batch in batches:
         classes, per_class = LABELS[batch].unique(return_counts=True)
         assert classes.numel() == 3 and (per_class == 3).all()
-        assert batch.unique().numel() == 9, "no sample repeats inside a batch without replacement"
+        assert batch.unique().numel() == 9, "classes of 3+ samples never repeat inside a batch"
         seen_classes[classes] += 1
-    # Classes chosen uniformly among those with >= 3 samples: each in 3/5 of the batches.
+    # Classes chosen uniformly among all five (class 4 has exactly 3): each in 3/5 of batches.
     chi_square_ok(
         torch.repeat_interleave(torch.arange(5), seen_classes.long()),
         torch.arange(5),
@@ -110,25 +110,86 @@ def test_fixed_class_k_by_m_batches_have_exact_composition():
     )
 
 
-def test_fixed_class_uses_every_sample_of_a_class_before_repeating():
+def test_fixed_class_small_classes_repeat_only_their_own_members():
+    """The issue's case: labels [0,1,2,3]*3 minus one; class 3 (2 samples) below a quota of 3."""
+    labels = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2])
+    sampler = samplers.FixedClassSampler(
+        labels, classes_per_batch=2, samples_per_class=3, num_batches=200, seed=1
+    )
+    batches = sampler.epoch_indices()
+    seen = set()
+    for batch in batches:
+        for c in labels[batch].unique().tolist():
+            members = batch[labels[batch] == c]
+            assert members.numel() == 3
+            seen.add(c)
+            if c == 3:  # two members for three places: both, one of them twice
+                assert sorted(set(members.tolist())) == [3, 7]
+            else:
+                assert members.unique().numel() == 3
+    assert seen == {0, 1, 2, 3}, "every class appears, the small one included"
+    with pytest.raises(ValueError, match="class 3 has 2 samples but a quota of 3"):
+        samplers.FixedClassSampler(
+            labels, classes_per_batch=2, samples_per_class=3, repeats="never"
+        )
+    with pytest.raises(ValueError, match="class 3 has 2 samples but a quota of 3"):
+        samplers.FixedClassSampler(labels, quotas=[1, 1, 1, 3], replacement=False)
+
+
+def test_fixed_class_cycles_through_a_class_before_reusing_members():
     labels = torch.tensor([0] * 12 + [1] * 7)
-    sampler = samplers.FixedClassSampler(labels, quotas=[4, 2], num_batches=3, seed=8)
+    sampler = samplers.FixedClassSampler(labels, quotas=[4, 2], num_batches=14, seed=8)
     batches = sampler.epoch_indices()
     for batch in batches:
         assert (labels[batch] == 0).sum() == 4 and (labels[batch] == 1).sum() == 2
-    assert batches[:, :4].unique().numel() == 12  # three chunks of one permutation of class 0
-    assert batches[:, 4:].unique().numel() == 6  # 7 // 2 = 3 chunks: 6 distinct of class 1
+        assert batch.unique().numel() == 6
+    # Class 0: three batches per pass of all 12. Class 1 (7 members, 2 per batch): four batches
+    # per pass, the fourth completed by a member of the same pass, so 7 distinct every 4 batches.
+    for start in range(0, 12, 3):
+        assert batches[start : start + 3, :4].unique().numel() == 12
+    for start in range(0, 12, 4):
+        assert batches[start : start + 4, 4:].unique().numel() == 7
+
+
+def test_fixed_class_coverage_with_one_per_class():
+    """Quotas of 1 per class: a class of n members shows all n in its first n batches (with
+    independent draws about 1 - 1/e of them would show)."""
+    labels = torch.arange(3000) % 3  # 1000 per class
+    batches = samplers.FixedClassSampler(
+        labels, quotas=[1, 1, 1], num_batches=1000, seed=3
+    ).epoch_indices()
+    for c in range(3):
+        assert batches[:, c].unique().numel() == 1000
+    independent = samplers.FixedClassSampler(
+        labels, quotas=[1, 1, 1], num_batches=1000, seed=3, repeats="independent"
+    ).epoch_indices()
+    # Distinct among 1000 uniform draws from 1000: mean 632.3, sd 8.8; 700 is 7.6 sd away.
+    assert independent[:, 0].unique().numel() < 700
+
+
+def test_fixed_class_independent_draws_are_uniform_within_a_class():
+    labels = torch.tensor([0] * 10 + [1] * 10)
+    batches = samplers.FixedClassSampler(
+        labels, quotas=[3, 1], num_batches=5000, seed=2, repeats="independent"
+    ).epoch_indices()
+    chi_square_ok(batches[:, :3], torch.arange(20), torch.tensor([0.1] * 10 + [0.0] * 10).double())
 
 
 def test_fixed_class_validation():
     with pytest.raises(ValueError, match="class 4 has 3 samples but a quota of 5"):
-        samplers.FixedClassSampler(LABELS, quotas=[5, 5, 5, 5, 5])
+        samplers.FixedClassSampler(LABELS, quotas=[5, 5, 5, 5, 5], repeats="never")
     with pytest.raises(ValueError, match="batch_size=10 does not match"):
         samplers.FixedClassSampler(LABELS, classes_per_batch=2, samples_per_class=4, batch_size=10)
-    with pytest.raises(ValueError, match="only 3 classes have at least 20"):
-        samplers.FixedClassSampler(LABELS, classes_per_batch=4, samples_per_class=20)
+    with pytest.raises(ValueError, match="only 5 classes have samples"):
+        samplers.FixedClassSampler(LABELS, classes_per_batch=6, samples_per_class=2)
     with pytest.raises(ValueError, match="num_batches must be a positive integer"):
         samplers.FixedClassSampler(LABELS, classes_per_batch=2, samples_per_class=2, num_batches=0)
+    with pytest.raises(ValueError, match="repeats='sometimes' is unknown"):
+        samplers.FixedClassSampler(LABELS, quotas=[1] * 5, repeats="sometimes")
+    with pytest.raises(ValueError, match="give repeats or replacement, not both"):
+        samplers.FixedClassSampler(LABELS, quotas=[1] * 5, repeats="never", replacement=True)
+    with pytest.raises(ValueError, match="class 2 has no samples but a quota of 1"):
+        samplers.FixedClassSampler([0, 1, 3], quotas=[1, 1, 1, 1])
 
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine", "step"])
