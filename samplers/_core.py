@@ -34,6 +34,7 @@ __all__ = [
     "epoch_seed",
     "generator_for",
     "group_by",
+    "on_pool_thread",
     "run_tasks",
     "sub_seed",
 ]
@@ -231,6 +232,14 @@ def run_tasks(tasks: Sequence[Callable[[], object]]) -> None:
         )
     for future in [_pool.submit(task) for task in tasks]:
         future.result()  # torch releases the GIL inside its kernels; errors surface here
+
+
+def on_pool_thread(fn: Callable[[], Any]) -> Any:
+    """``fn()`` computed on a pool thread, where torch runs single-threaded: sums and tables
+    built there do not depend on the thread count (a parallel sum rounds differently)."""
+    result: list[Any] = []
+    run_tasks([lambda: result.append(fn())])
+    return result[0]
 
 
 def _chunks(count: int) -> range:

@@ -21,6 +21,7 @@ from samplers._core import (
     check_int,
     draw,
     epoch_seed,
+    on_pool_thread,
 )
 
 __all__ = ["Sampler"]
@@ -129,6 +130,12 @@ class Sampler(TorchSampler):
         """The global draw of one epoch (its first dimension is what ranks share)."""
         return draw(distribution, self.index, self.num_samples, self.replacement, seed)
 
+    def _prepared(self, distribution: Distribution) -> Distribution:
+        """``distribution`` with the table its draws need already built (on a pool thread)."""
+        if self.replacement:
+            distribution.alias_table  # noqa: B018 (a cached property: built here, kept)
+        return distribution
+
     # ------------------------------------------------------------------ public protocol
     @property
     def labels(self) -> torch.Tensor:
@@ -203,7 +210,7 @@ class Sampler(TorchSampler):
     def global_indices(self) -> torch.Tensor:
         """The global draw of the current epoch, over all ranks, before padding."""
         if self._drawn is None or self._drawn[0] != self.epoch:
-            distribution = self.distribution(self.epoch)
+            distribution = on_pool_thread(lambda: self._prepared(self.distribution(self.epoch)))
             units = self._draw(distribution, epoch_seed(self.seed, self.epoch))
             self._drawn = (self.epoch, distribution, units)
         return self._drawn[2]
@@ -220,7 +227,12 @@ class Sampler(TorchSampler):
 
     def __iter__(self) -> Iterator[Any]:
         units = self.epoch_indices()
-        start, self._resume_at = self._resume_at, 0
+        if self._live is not None and self._position == self._started:
+            # The last iterator was never advanced: this is a second iter() for the same pass
+            # (a DataLoader with workers calls it twice as it starts), so keep its start.
+            start = self._started
+        else:
+            start, self._resume_at = self._resume_at, 0
         self._started = start
         # A plain list iterator (C speed); the position is read off its remaining length.
         iterator = iter(units[start:].tolist())
@@ -287,6 +299,7 @@ class Sampler(TorchSampler):
         if "epoch_distribution" in state:
             kind, weights = state["epoch_distribution"]
             frozen = {"ClassWeights": ClassWeights, "SampleWeights": SampleWeights}[kind](weights)
+            frozen = on_pool_thread(lambda: self._prepared(frozen))
             units = self._draw(frozen, epoch_seed(self.seed, self.epoch))
             self._drawn = (self.epoch, frozen, units)
         self._resume_at = self._started = state["position"]

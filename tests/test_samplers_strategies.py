@@ -383,3 +383,104 @@ def test_hard_mined_temperature_and_a_class_with_zero_losses():
     assert torch.allclose(
         weights[:2], 0.8 * torch.tensor([0.125, 0.375], dtype=torch.float64) + 0.2 * 0.25
     )
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_progressive_and_annealed_follow_their_formulas(schedule):
+    """Kang et al.: p(t) = (1 - t/T) p_IB + (t/T) p_CB; annealed: the other way round."""
+    instance, balanced = COUNTS / COUNTS.sum(), torch.full((5,), 0.2, dtype=torch.float64)
+    progressive = samplers.ProgressiveSampler(LABELS, total_epochs=10, schedule=schedule)
+    annealed = samplers.AnnealedSampler(LABELS, total_epochs=10, schedule=schedule)
+    for epoch, s in [(0, 0.0), (5, 0.5), (10, 1.0)]:  # t = 0, T/2, T: s = 0, 1/2, 1 either way
+        progressive.set_epoch(epoch)
+        annealed.set_epoch(epoch)
+        assert torch.allclose(progressive.target_class_shares(), (1 - s) * instance + s * balanced)
+        assert torch.allclose(annealed.target_class_shares(), (1 - s) * balanced + s * instance)
+
+
+def test_deferred_switches_exactly_at_its_epoch():
+    instance, balanced = COUNTS / COUNTS.sum(), torch.full((5,), 0.2, dtype=torch.float64)
+    sampler = samplers.DeferredSampler(LABELS, total_epochs=200, num_samples=20_000, seed=12)
+    assert sampler.switch_epoch == 160  # 80% of 200, as loss=drw
+    for epoch, target in [(0, instance), (159, instance), (160, balanced), (199, balanced)]:
+        sampler.set_epoch(epoch)
+        assert torch.allclose(sampler.target_class_shares(), target)
+        chi_square_ok(sampler.epoch_indices(), LABELS, target)
+    assert samplers.DeferredSampler(LABELS, total_epochs=10, defer_fraction=0.5).switch_epoch == 5
+
+
+def test_mixture_shares_per_batch_are_exact():
+    current, memory = torch.arange(0, 700), torch.arange(700, 778)  # a replay memory of 78
+    sampler = samplers.MixtureSampler(
+        LABELS, components=[current, memory], shares=[0.75, 0.25], batch_size=12, seed=13
+    )
+    assert sampler.counts == [9, 3] and len(sampler) == len(LABELS) // 12
+    batches = sampler.epoch_indices()
+    assert batches.shape == (len(sampler), 12)
+    assert (batches[:, :9] < 700).all() and (batches[:, 9:] >= 700).all()
+    for batch in batches:
+        assert batch.unique().numel() == 12  # pools larger than their count: no repeats
+    # The memory is read in passes of 26 batches (78 / 3): all of it in each pass.
+    assert batches[:26, 9:].unique().numel() == 78
+    memory_shares = torch.bincount(LABELS[memory], minlength=5).double() / 78
+    current_shares = torch.bincount(LABELS[current], minlength=5).double() / 700
+    assert torch.allclose(
+        sampler.target_class_shares(), 0.75 * current_shares + 0.25 * memory_shares
+    )
+
+
+def test_mixture_of_strategies_takes_each_share_from_its_component():
+    import functools
+
+    sampler = samplers.MixtureSampler(
+        LABELS,
+        components=[samplers.UniformSampler, functools.partial(samplers.WeightedSampler, q=0.0)],
+        shares=[0.7, 0.3],
+        batch_size=10,
+        num_batches=111,  # 7 x 111 = 777 of the 778 samples: one shuffle without replacement
+        seed=14,
+    )
+    assert sampler.counts == [7, 3]
+    instance, balanced = COUNTS / COUNTS.sum(), torch.full((5,), 0.2, dtype=torch.float64)
+    assert torch.allclose(sampler.target_class_shares(), 0.7 * instance + 0.3 * balanced)
+    batches = sampler.epoch_indices()
+    chi_square_ok(batches[:, 7:], LABELS, balanced)  # the class-balanced columns
+    # The instance-balanced columns are one shuffle without replacement: no sample twice.
+    assert batches[:, :7].unique().numel() == 777
+
+
+def test_mixture_validation():
+    with pytest.raises(ValueError, match="one share per component"):
+        samplers.MixtureSampler(LABELS, components=[[0]], shares=[0.5, 0.5], batch_size=4)
+    with pytest.raises(ValueError, match="a component gets no item per batch"):
+        samplers.MixtureSampler(LABELS, components=[[0], [1]], shares=[0.95, 0.05], batch_size=4)
+    with pytest.raises(ValueError, match="pass its class or a functools.partial"):
+        samplers.MixtureSampler(
+            LABELS, components=[samplers.UniformSampler(LABELS)], shares=[1], batch_size=4
+        )
+    with pytest.raises(ValueError, match=r"pool indices must lie in \[0, 778\)"):
+        samplers.MixtureSampler(LABELS, components=[[0, 778]], shares=[1], batch_size=4)
+    with pytest.raises(ValueError, match="a mixture takes index samplers"):
+        samplers.MixtureSampler(
+            LABELS,
+            components=[lambda y, **kw: samplers.FixedClassSampler(y, quotas=[1] * 5)],
+            shares=[1],
+            batch_size=4,
+        )
+
+
+BAD_BOOLEANS = [
+    (lambda v: samplers.UniformSampler(LABELS, replacement=v), "replacement"),
+    (lambda v: samplers.WeightedSampler(LABELS, replacement=v), "replacement"),
+    (lambda v: samplers.UniformSampler(LABELS, drop_last=v), "drop_last"),
+    (lambda v: samplers.HardMinedSampler(LABELS, class_balanced=v), "class_balanced"),
+    (lambda v: samplers.FixedClassSampler(LABELS, quotas=[1] * 5, replacement=v), "replacement"),
+    (lambda v: samplers.DeferredSampler(LABELS, total_epochs=5, replacement=v), "replacement"),
+]
+
+
+@pytest.mark.parametrize(("build", "name"), BAD_BOOLEANS)
+@pytest.mark.parametrize("value", ["False", 0, 1, "true"])
+def test_bad_booleans_raise_naming_the_parameter(build, name, value):
+    with pytest.raises(ValueError, match=f"{name} must be True or False, got {value!r}"):
+        build(value)
