@@ -133,7 +133,7 @@ class Sampler(TorchSampler):
     def _prepared(self, distribution: Distribution) -> Distribution:
         """``distribution`` with the table its draws need already built (on a pool thread)."""
         if self.replacement:
-            distribution.alias_table  # noqa: B018 (a cached property: built here, kept)
+            distribution.table  # noqa: B018 (a cached property: built here, kept)
         return distribution
 
     # ------------------------------------------------------------------ public protocol
@@ -189,7 +189,7 @@ class Sampler(TorchSampler):
             )
         if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= len(self.index)):
             raise ValueError(f"update: indices must lie in [0, {len(self.index)})")
-        self.observe(indices, losses)
+        on_pool_thread(lambda: self.observe(indices, losses))  # sums independent of threads
 
     def current_distribution(self) -> Distribution:
         """The distribution of the current epoch (frozen when the epoch is first drawn)."""

@@ -368,11 +368,24 @@ class HardMinedSampler(Sampler):
     def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
         if indices.numel() == 0:
             return
-        unique, inverse = torch.unique(indices, return_inverse=True)
-        mean_loss = torch.zeros(unique.numel(), dtype=torch.float64).index_add_(0, inverse, losses)
-        mean_loss /= torch.bincount(inverse, minlength=unique.numel())
+        if indices.numel() * 4 >= len(self.index):
+            # Feedback on a large share of the data (a whole epoch at once): sums over a dense
+            # table cost less time and memory than sorting the indices.
+            totals = torch.zeros(len(self.index), dtype=torch.float64).index_add_(
+                0, indices, losses
+            )
+            times = torch.zeros(len(self.index), dtype=torch.float64)
+            times.index_add_(0, indices, torch.ones_like(losses))
+            unique = torch.nonzero(times).flatten()
+            mean_loss = totals[unique].div_(times[unique])
+            del totals, times
+        else:
+            unique, inverse = torch.unique(indices, return_inverse=True)
+            mean_loss = torch.zeros(unique.numel(), dtype=torch.float64)
+            mean_loss.index_add_(0, inverse, losses)
+            mean_loss /= torch.bincount(inverse, minlength=unique.numel())
         previous = self.loss_ema[unique]
-        smoothed = self.momentum * previous + (1.0 - self.momentum) * mean_loss
+        smoothed = previous.mul_(self.momentum).add_(mean_loss, alpha=1.0 - self.momentum)
         self.loss_ema[unique] = torch.where(self.seen[unique], smoothed, mean_loss)
         self.seen[unique] = True
 

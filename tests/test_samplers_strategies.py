@@ -12,7 +12,7 @@ from scipy.stats import chi2
 
 import samplers
 from samplers import sampling_stats
-from samplers._core import AliasTable
+from samplers._core import GuideTable
 from samplers.strategies import schedule_progress
 
 LABELS = torch.tensor([0] * 500 + [1] * 200 + [2] * 60 + [3] * 15 + [4] * 3)
@@ -343,26 +343,26 @@ def test_more_than_two_to_the_24_samples():
     chi_square_ok(drawn, labels, torch.tensor([0.5, 0.5], dtype=torch.float64))
 
 
-def implied_probabilities(table: AliasTable) -> torch.Tensor:
-    """What the alias table draws: bucket k keeps itself with keep[k], else gives alias[k]."""
-    k = table.keep.numel()
-    p = table.keep.clone()
-    p.index_add_(0, table.alias, 1.0 - table.keep)
-    return p / k
-
-
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.one_of(st.just(0.0), st.floats(1e-9, 1e9)), min_size=1, max_size=300).filter(
         lambda w: sum(w) > 0
-    )
+    ),
+    st.integers(0, 2**31),
 )
-def test_alias_table_reproduces_any_weights_exactly(weights):
+def test_guide_table_reproduces_any_weights_exactly(weights, seed):
     w = torch.tensor(weights, dtype=torch.float64)
-    table = AliasTable(w)
-    assert ((table.keep >= 0) & (table.keep <= 1)).all()
-    assert torch.allclose(implied_probabilities(table), w / w.sum(), rtol=1e-9, atol=1e-12)
-    assert (implied_probabilities(table)[w == 0] == 0).all()  # zero weight: never drawn
+    table = GuideTable(w)
+    # What the table draws: item i covers [ends[i-1], ends[i]) of [0, total).
+    widths = torch.diff(table.ends, prepend=torch.zeros(1, dtype=torch.float64)) / table.total
+    assert torch.allclose(widths, w / w.sum(), rtol=1e-9, atol=1e-12)
+    assert (widths[w == 0] == 0).all()  # zero weight: an empty interval, never drawn
+    # The guided lookup finds the covering item exactly as a binary search does.
+    u = torch.rand(2000, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    u = torch.cat([u * table.total, table.ends[:-1]])  # item ends: the boundary cases
+    u = u[u < table.total]  # trailing zero weights end at the total, outside [0, total)
+    expected = torch.searchsorted(table.ends, u, right=True)
+    assert torch.equal(table.lookup(u), expected)
 
 
 def test_hard_mined_temperature_and_a_class_with_zero_losses():
