@@ -402,7 +402,7 @@ def draw(
     weights = distribution.weights
     if isinstance(distribution, ClassWeights):  # spread each class's weight over its members
         weights = (weights / index.counts.clamp(min=1))[index.labels]
-    return _weighted_order(weights, num_samples, seed)
+    return on_pool_thread(lambda: _weighted_order(weights, num_samples, seed))
 
 
 def _weighted_order(weights: torch.Tensor, num_samples: int, seed: int) -> torch.Tensor:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 import torch
 
 from samplers._core import (
+    CHUNK,
     ClassWeights,
     Distribution,
     check_bool,
@@ -144,7 +145,7 @@ class FixedClassSampler(Sampler):
             # Every batch: each class's block of columns, in class order.
             ends = torch.cumsum(self.quotas, 0).tolist()
             tasks = [
-                partial(self._fill_quota, out, c, ends[c] - int(q), int(q), seed)
+                (self.num_batches * q, partial(self._fill_quota, out, c, ends[c] - q, q, seed))
                 for c, q in enumerate(self.quotas.tolist())
                 if q > 0
             ]
@@ -157,11 +158,14 @@ class FixedClassSampler(Sampler):
             grouped, per_class = group_by(chosen[0], self.num_classes)
             ends = torch.cumsum(per_class, 0).tolist()
             tasks = [
-                partial(self._fill_slots, slots, c, grouped[ends[c] - n : ends[c]], seed)
+                (
+                    n * self.samples_per_class,
+                    partial(self._fill_slots, slots, c, grouped[ends[c] - n : ends[c]], seed),
+                )
                 for c, n in enumerate(per_class.tolist())
                 if n > 0
             ]
-        run_tasks(tasks)
+        run_tasks(_batched(tasks))
         return out
 
     def _choose_classes(self, generator: torch.Generator) -> torch.Tensor:
@@ -192,6 +196,25 @@ class FixedClassSampler(Sampler):
 
     def _fill_slots(self, slots: torch.Tensor, c: int, rows: torch.Tensor, seed: int) -> None:
         slots.index_copy_(0, rows, self._members(c, rows.numel(), self.samples_per_class, seed))
+
+
+def _batched(tasks: list[tuple[int, Callable[[], None]]]) -> list[Callable[[], None]]:
+    """Consecutive (items, task) pairs joined into tasks of at least CHUNK items each: small
+    classes cost a thread hand-off each otherwise."""
+    joined: list[list[Callable[[], None]]] = [[]]
+    size = 0
+    for items, task in tasks:
+        if size >= CHUNK:
+            joined.append([])
+            size = 0
+        joined[-1].append(task)
+        size += items
+    return [partial(_run_all, group) for group in joined]
+
+
+def _run_all(tasks: list[Callable[[], None]]) -> None:
+    for task in tasks:
+        task()
 
 
 def _resolve_repeats(repeats: str | None, replacement: bool | None) -> str:

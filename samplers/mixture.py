@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -15,6 +16,7 @@ from samplers._core import (
     check_number,
     cycled_passes,
     epoch_seed,
+    on_pool_thread,
     sub_seed,
 )
 from samplers.base import Sampler
@@ -155,8 +157,9 @@ class MixtureSampler(Sampler):
                 component.set_epoch(self.epoch)
                 parts.append(component.global_indices().view(self.num_batches, count))
             else:
-                positions = cycled_passes(
-                    component.numel(), count, self.num_batches, sub_seed(seed, i)
+                size, pass_seed = component.numel(), sub_seed(seed, i)
+                positions = on_pool_thread(
+                    partial(cycled_passes, size, count, self.num_batches, pass_seed)
                 )
                 parts.append(component[positions])
         return torch.cat(parts, dim=1)
