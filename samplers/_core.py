@@ -314,19 +314,24 @@ def cycled_passes(size: int, take: int, slots: int, seed: int) -> torch.Tensor:
     ``take <= size``, no slot holds a position twice. With ``take > size`` each slot holds
     every position ``take // size`` or one more times.
     """
-    per_pass = -(-size // take)
-    passes = -(-slots // per_pass)
+    per_pass = -(-size // take) * take  # positions a pass hands out, its own start repeated
+    needed = slots * take
+    passes = -(-needed // per_pass)
+    reps = -(-per_pass // size)
     if passes > 1 and size <= _ROW_SORT_MAX:
         keys = torch.rand(passes, size, dtype=torch.float64, generator=generator_for(seed))
         perms = torch.argsort(keys, dim=1, stable=True)
-    else:
-        perms = torch.stack(
-            [torch.randperm(size, generator=generator_for(seed, p)) for p in range(passes)]
-        )
-    length = per_pass * take
-    if length > size:
-        perms = perms.repeat(1, -(-length // size))[:, :length]
-    return perms.reshape(-1)[: slots * take].view(slots, take)
+        return perms.repeat(1, reps)[:, :per_pass].reshape(-1)[:needed].view(slots, take)
+    if passes == 1 and reps == 1:  # part of one pass: no copy
+        return torch.randperm(size, generator=generator_for(seed))[:needed].view(slots, take)
+    stream = torch.empty(needed, dtype=torch.long)
+    for p, start in enumerate(range(0, needed, per_pass)):
+        part = stream[start : start + per_pass]
+        perm = torch.randperm(size, generator=generator_for(seed, p))
+        if reps > 1:
+            perm = perm.repeat(reps)
+        part.copy_(perm[: part.numel()])
+    return stream.view(slots, take)
 
 
 class GuideTable:
