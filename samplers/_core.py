@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "AliasTable",
     "GuideTable",
     "ClassWeights",
     "SampleWeights",
@@ -43,12 +44,16 @@ __all__ = [
 @dataclass(frozen=True)
 class _Weights:
     weights: torch.Tensor
+    #: Set by strategies whose weights are new every epoch (hard_mined): their table is built
+    #: every epoch, so the cheaper build wins over the cheaper draw.
+    changes_each_epoch: bool = False
 
     @cached_property
-    def table(self) -> GuideTable:
+    def table(self) -> AliasTable | GuideTable:
         """Built on first use and kept: a strategy that returns the same object every epoch
-        (fixed weights) builds its table once."""
-        return GuideTable(self.weights)
+        (fixed weights) builds its table once. An alias table draws fastest (no search at
+        all); a guide table builds several times faster."""
+        return GuideTable(self.weights) if self.changes_each_epoch else AliasTable(self.weights)
 
 
 class ClassWeights(_Weights):
@@ -60,6 +65,11 @@ class ClassWeights(_Weights):
 
 class SampleWeights(_Weights):
     """Draw sample ``i`` with probability ``weights[i] / weights.sum()`` (float64, length N)."""
+
+    @classmethod
+    def for_one_epoch(cls, weights: torch.Tensor) -> SampleWeights:
+        """Weights that a strategy computes anew every epoch (its table is built each time)."""
+        return cls(weights, changes_each_epoch=True)
 
 
 Distribution = ClassWeights | SampleWeights
@@ -334,6 +344,46 @@ def cycled_passes(size: int, take: int, slots: int, seed: int) -> torch.Tensor:
     return stream.view(slots, take)
 
 
+class AliasTable:
+    """Walker's alias table over K items: O(1) per draw, exact up to float64 rounding.
+
+    Built without a Python loop over items: with weights scaled to mean 1, light items (< 1) and
+    heavy items are swept in index order, so each light bucket's deficit comes from the heavy
+    item whose cumulative excess covers it, and each heavy item, once its residual drops below
+    1, takes the rest of its bucket from the next heavy item. Both assignments are one
+    ``searchsorted`` over the cumulative deficits and excesses.
+    """
+
+    def __init__(self, weights: torch.Tensor) -> None:
+        k = weights.numel()
+        scaled = weights.double() * (k / weights.sum(dtype=torch.float64))
+        self.keep = torch.ones(k, dtype=torch.float64)
+        self.alias = torch.arange(k)
+        light = torch.nonzero(scaled < 1.0).flatten()
+        heavy = torch.nonzero(scaled >= 1.0).flatten()
+        if light.numel() and heavy.numel():
+            light_scaled = torch.index_select(scaled, 0, light)
+            deficit = torch.cumsum(1.0 - light_scaled, 0)
+            excess = torch.cumsum(torch.index_select(scaled, 0, heavy) - 1.0, 0)
+            last = heavy.numel() - 1
+            # Light i is filled by the first heavy j whose cumulative excess reaches D_{i-1}.
+            donor = torch.searchsorted(excess, deficit - (1.0 - light_scaled)).clamp_(max=last)
+            self.keep.index_copy_(0, light, light_scaled)
+            self.alias.index_copy_(0, light, torch.index_select(heavy, 0, donor))
+            # Heavy j turns light at the first light with D_i > E_j; it keeps 1 + E_j - D_i and
+            # takes the rest of its bucket from heavy j + 1. The last heavy keeps a whole bucket.
+            turn = torch.searchsorted(deficit[:-1], excess[:-1], right=True)
+            residual = 1.0 + excess[:-1] - torch.index_select(deficit, 0, turn)
+            self.keep.index_copy_(0, heavy[:-1], residual.clamp_(0.0, 1.0))
+            self.alias.index_copy_(0, heavy[:-1], heavy[1:])
+
+    def sample(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        bucket = torch.randint(0, self.keep.numel(), (count,), generator=generator)
+        u = torch.rand(count, dtype=torch.float64, generator=generator)
+        stays = u < torch.index_select(self.keep, 0, bucket)
+        return torch.where(stays, bucket, torch.index_select(self.alias, 0, bucket))
+
+
 class GuideTable:
     """Inverse-CDF lookup over K items with a guide table (Chen & Asau 1974): built in O(K),
     about one lookup per draw, exact up to float64 rounding.
@@ -342,8 +392,8 @@ class GuideTable:
     item that covers point ``j``. A draw ``u`` starts at ``guide[floor(u)]`` and steps forward
     past the item ends at or below ``u``; a bucket holds at most one item end on average, so two
     steps settle nearly every draw and the rare rest is a binary search. The build is a cumulative
-    sum and a bincount, cheaper than an alias table, so weights that change every epoch
-    (hard_mined) rebuild it each epoch.
+    sum and a bincount, several times cheaper than an alias table's, so weights that change
+    every epoch (hard_mined) use it.
     """
 
     def __init__(self, weights: torch.Tensor) -> None:
@@ -392,8 +442,9 @@ def draw(
 ) -> torch.Tensor:
     """Draw ``num_samples`` dataset indices (int64) from ``distribution``, determined by ``seed``.
 
-    With replacement: a :class:`GuideTable` over classes (then a uniform member of the class)
-    or over samples; O(num_samples) after an O(K) table, built once for fixed weights. Without
+    With replacement: an :class:`AliasTable` (or, for weights new every epoch, a
+    :class:`GuideTable`) over classes (then a uniform member of the class) or over samples;
+    O(num_samples) after the table, built once for fixed weights. Without
     replacement: a weighted random order (Efraimidis-Spirakis exponential keys), ``randperm``
     when all samples weigh the same.
     """
@@ -404,13 +455,15 @@ def draw(
         return _in_chunks(
             num_samples, seed, lambda n, g: index.uniform_members(table.sample(n, g), g)
         )
+    return on_pool_thread(lambda: _weighted_order(distribution, index, num_samples, seed))
+
+
+def _weighted_order(
+    distribution: Distribution, index: LabelIndex, num_samples: int, seed: int
+) -> torch.Tensor:
     weights = distribution.weights
     if isinstance(distribution, ClassWeights):  # spread each class's weight over its members
         weights = (weights / index.counts.clamp(min=1))[index.labels]
-    return on_pool_thread(lambda: _weighted_order(weights, num_samples, seed))
-
-
-def _weighted_order(weights: torch.Tensor, num_samples: int, seed: int) -> torch.Tensor:
     if bool((weights == weights[0]).all()):
         return torch.randperm(weights.numel(), generator=generator_for(seed))[:num_samples]
     keys = torch.empty(weights.numel(), dtype=torch.float64).exponential_(

@@ -282,7 +282,11 @@ class Sampler(TorchSampler):
         if self.feedback_state and self._drawn is not None:
             # The epoch's draw depends on feedback as it was when the epoch began.
             weights = self._drawn[1]
-            state["epoch_distribution"] = (type(weights).__name__, weights.weights.clone())
+            state["epoch_distribution"] = (
+                type(weights).__name__,
+                weights.weights.clone(),
+                weights.changes_each_epoch,  # which table drew it
+            )
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -297,8 +301,10 @@ class Sampler(TorchSampler):
             setattr(self, name, state["feedback"][name].clone())
         self._drawn = None
         if "epoch_distribution" in state:
-            kind, weights = state["epoch_distribution"]
-            frozen = {"ClassWeights": ClassWeights, "SampleWeights": SampleWeights}[kind](weights)
+            kind, weights, *table = state["epoch_distribution"]  # (states before the flag: 2)
+            frozen = {"ClassWeights": ClassWeights, "SampleWeights": SampleWeights}[kind](
+                weights, changes_each_epoch=bool(table and table[0])
+            )
             frozen = on_pool_thread(lambda: self._prepared(frozen))
             units = self._draw(frozen, epoch_seed(self.seed, self.epoch))
             self._drawn = (self.epoch, frozen, units)

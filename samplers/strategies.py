@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from samplers._core import (
+    CHUNK,
     ClassWeights,
     Distribution,
     SampleWeights,
@@ -345,7 +346,7 @@ class HardMinedSampler(Sampler):
 
     def distribution(self, epoch: int) -> Distribution:
         if not self.seen.any():
-            return SampleWeights(self._base())
+            return SampleWeights.for_one_epoch(self._base())
         if self.seen.all():  # after the first epoch, usually: no masking needed
             weights = self._sharpen(self.loss_ema)
         else:
@@ -354,14 +355,14 @@ class HardMinedSampler(Sampler):
             weights[self.seen] = sharpened
         if self.class_balanced:
             base = self._base()
-            return SampleWeights(
+            return SampleWeights.for_one_epoch(
                 (1.0 - self.floor) * self._per_class_normalised(weights) + self.floor * base
             )
         total = float(weights.sum())
         if total <= 0:
-            return SampleWeights(self._base())
+            return SampleWeights.for_one_epoch(self._base())
         # p = (1 - floor) * w / sum(w) + floor / N, in place on the fresh weights tensor
-        return SampleWeights(
+        return SampleWeights.for_one_epoch(
             weights.mul_((1.0 - self.floor) / total).add_(self.floor / weights.numel())
         )
 
@@ -369,25 +370,34 @@ class HardMinedSampler(Sampler):
         if indices.numel() == 0:
             return
         if indices.numel() * 4 >= len(self.index):
-            # Feedback on a large share of the data (a whole epoch at once): sums over a dense
-            # table cost less time and memory than sorting the indices.
-            totals = torch.zeros(len(self.index), dtype=torch.float64).index_add_(
-                0, indices, losses
-            )
-            times = torch.zeros(len(self.index), dtype=torch.float64)
-            times.index_add_(0, indices, torch.ones_like(losses))
-            unique = torch.nonzero(times).flatten()
-            mean_loss = totals[unique].div_(times[unique])
-            del totals, times
-        else:
-            unique, inverse = torch.unique(indices, return_inverse=True)
-            mean_loss = torch.zeros(unique.numel(), dtype=torch.float64)
-            mean_loss.index_add_(0, inverse, losses)
-            mean_loss /= torch.bincount(inverse, minlength=unique.numel())
+            self._observe_dense(indices, losses)
+            return
+        unique, inverse = torch.unique(indices, return_inverse=True)
+        mean_loss = torch.zeros(unique.numel(), dtype=torch.float64)
+        mean_loss.index_add_(0, inverse, losses)
+        mean_loss /= torch.bincount(inverse, minlength=unique.numel())
         previous = self.loss_ema[unique]
         smoothed = previous.mul_(self.momentum).add_(mean_loss, alpha=1.0 - self.momentum)
         self.loss_ema[unique] = torch.where(self.seen[unique], smoothed, mean_loss)
         self.seen[unique] = True
+
+    def _observe_dense(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
+        """Feedback on a large share of the data (a whole epoch at once): sums over dense tables
+        instead of sorting the indices, applied slice by slice so that no other temporary is as
+        large as the data (10^8 samples: 800 MB each)."""
+        totals = torch.zeros(len(self.index), dtype=torch.float64).index_add_(0, indices, losses)
+        times = torch.zeros(len(self.index), dtype=torch.int32)
+        times.index_add_(0, indices, torch.ones(1, dtype=torch.int32).expand(indices.numel()))
+        for start in range(0, len(self.index), CHUNK):
+            part = slice(start, start + CHUNK)
+            fed = times[part] > 0
+            mean_loss = totals[part].div_(times[part])  # NaN where not fed: masked out below
+            ema, seen = self.loss_ema[part], self.seen[part]
+            smoothed = torch.where(
+                seen, ema * self.momentum + (1.0 - self.momentum) * mean_loss, mean_loss
+            )
+            ema.copy_(torch.where(fed, smoothed, ema))
+            seen |= fed
 
 
 class HybridSampler(Sampler):

@@ -12,7 +12,7 @@ from scipy.stats import chi2
 
 import samplers
 from samplers import sampling_stats
-from samplers._core import GuideTable
+from samplers._core import AliasTable, GuideTable
 from samplers.strategies import schedule_progress
 
 LABELS = torch.tensor([0] * 500 + [1] * 200 + [2] * 60 + [3] * 15 + [4] * 3)
@@ -324,6 +324,11 @@ BAD_INPUT = [
     (lambda: samplers.HardMinedSampler([0, 1], momentum=1.0), "momentum must lie in"),
     (lambda: samplers.UniformSampler([0, 1], rank=2, world_size=2), "rank must be an integer in"),
     (lambda: samplers.UniformSampler([0, 1], seed=1.5), "seed must be an integer"),
+    (
+        lambda: samplers.DeferredSampler([0, 1], total_epochs=5, defer_fraction=1.0),
+        r"defer_fraction must lie in \[0, 1\)",
+    ),
+    (lambda: samplers.UniformSampler([0, 1]).state_dict(consumed=-1), "consumed must be a non"),
 ]
 
 
@@ -341,6 +346,28 @@ def test_more_than_two_to_the_24_samples():
     drawn = sampler.epoch_indices()
     assert int(drawn.max()) >= 2**24  # the tail beyond 2^24 is reachable
     chi_square_ok(drawn, labels, torch.tensor([0.5, 0.5], dtype=torch.float64))
+
+
+def implied_probabilities(table: AliasTable) -> torch.Tensor:
+    """What the alias table draws: bucket k keeps itself with keep[k], else gives alias[k]."""
+    k = table.keep.numel()
+    p = table.keep.clone()
+    p.index_add_(0, table.alias, 1.0 - table.keep)
+    return p / k
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(st.just(0.0), st.floats(1e-9, 1e9)), min_size=1, max_size=300).filter(
+        lambda w: sum(w) > 0
+    )
+)
+def test_alias_table_reproduces_any_weights_exactly(weights):
+    w = torch.tensor(weights, dtype=torch.float64)
+    table = AliasTable(w)
+    assert ((table.keep >= 0) & (table.keep <= 1)).all()
+    assert torch.allclose(implied_probabilities(table), w / w.sum(), rtol=1e-9, atol=1e-12)
+    assert (implied_probabilities(table)[w == 0] == 0).all()  # zero weight: never drawn
 
 
 @settings(max_examples=200, deadline=None)
