@@ -1,9 +1,8 @@
 """samplers: class-imbalance samplers for torch DataLoaders.
 
 Depends on torch alone. Every sampler takes labels first, is seeded (``seed``, ``set_epoch``),
-has an exact ``len``, shards across ranks, resumes mid-epoch (``state_dict``; ``consumed=`` under a
-prefetching DataLoader) and takes training
-feedback through ``update(indices, losses)``.
+has an exact ``len``, shards across ranks, resumes mid-epoch (``state_dict``, with ``consumed=``
+under a prefetching DataLoader) and takes training feedback through ``update(indices, losses)``.
 """
 
 from samplers._core import ClassWeights, SampleWeights
