@@ -1,18 +1,21 @@
 """samplers: class-imbalance samplers for torch DataLoaders.
 
 Depends on torch alone. Every sampler takes labels first, is seeded (``seed``, ``set_epoch``),
-has an exact ``len``, shards across ranks, resumes mid-epoch (``state_dict``) and takes training
-feedback through ``update(indices, losses)``.
+has an exact ``len``, shards across ranks, resumes mid-epoch (``state_dict``, with ``consumed=``
+under a prefetching DataLoader) and takes training feedback through ``update(indices, losses)``.
 """
 
 from samplers._core import ClassWeights, SampleWeights
 from samplers.base import Sampler
 from samplers.fixed_class import FixedClassSampler
+from samplers.mixture import MixtureSampler
 from samplers.stats import SamplingStats, sampling_stats
 from samplers.strategies import (
     AnnealedSampler,
+    DeferredSampler,
     HardMinedSampler,
     HybridSampler,
+    ProgressiveSampler,
     UniformSampler,
     WeightedSampler,
     effective_number_weights,
@@ -27,8 +30,11 @@ __all__ = [
     "WeightedSampler",
     "FixedClassSampler",
     "AnnealedSampler",
+    "ProgressiveSampler",
+    "DeferredSampler",
     "HardMinedSampler",
     "HybridSampler",
+    "MixtureSampler",
     "SamplingStats",
     "sampling_stats",
     "power_weights",

@@ -17,9 +17,11 @@ from samplers._core import (
     LabelIndex,
     SampleWeights,
     as_labels,
+    check_bool,
     check_int,
     draw,
     epoch_seed,
+    on_pool_thread,
 )
 
 __all__ = ["Sampler"]
@@ -53,7 +55,11 @@ class Sampler(TorchSampler):
       padded by repeating its start (``drop_last=False``) or its tail is dropped, so every rank
       gets the same length. The global draw does not depend on ``world_size``.
     * ``state_dict`` / ``load_state_dict`` hold the epoch, the position inside it and the feedback
-      state; a sampler restored mid-epoch yields exactly the remaining items.
+      state; a sampler restored mid-epoch yields exactly the remaining items. Under a
+      ``DataLoader`` with workers, pass ``state_dict(consumed=...)`` (see there).
+    * ``len(sampler)`` is always the whole epoch's length on this rank, also right after a
+      mid-epoch restore (torch's convention): the restored iterator then yields
+      ``len(sampler) - position`` items, and :meth:`epoch_indices` is still the whole epoch.
 
     Args:
         labels: class id of every sample (a sequence or a 1-D integer tensor), ``0..C-1``.
@@ -90,6 +96,8 @@ class Sampler(TorchSampler):
         if num_samples is None:
             num_samples = dataset_size
         check_int("num_samples", num_samples, 1)
+        check_bool("replacement", replacement)
+        check_bool("drop_last", drop_last)
         if not replacement and num_samples > dataset_size:
             raise ValueError(
                 f"num_samples={num_samples} exceeds the dataset size {dataset_size} without "
@@ -103,6 +111,7 @@ class Sampler(TorchSampler):
         self.drop_last = drop_last
         self.epoch = 0
         self._resume_at = 0
+        self._started = 0  # where the current pass over the epoch began (a restored position)
         self._live: tuple[int, Iterator[Any]] | None = None
         self._drawn: tuple[int, Distribution, torch.Tensor] | None = None
 
@@ -120,6 +129,12 @@ class Sampler(TorchSampler):
     def _draw(self, distribution: Distribution, seed: int) -> torch.Tensor:
         """The global draw of one epoch (its first dimension is what ranks share)."""
         return draw(distribution, self.index, self.num_samples, self.replacement, seed)
+
+    def _prepared(self, distribution: Distribution) -> Distribution:
+        """``distribution`` with the table its draws need already built (on a pool thread)."""
+        if self.replacement:
+            distribution.table  # noqa: B018 (a cached property: built here, kept)
+        return distribution
 
     # ------------------------------------------------------------------ public protocol
     @property
@@ -150,6 +165,7 @@ class Sampler(TorchSampler):
             self._drawn = None
         self.epoch = epoch
         self._resume_at = 0
+        self._started = 0
         self._live = None
 
     def update(
@@ -173,7 +189,7 @@ class Sampler(TorchSampler):
             )
         if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= len(self.index)):
             raise ValueError(f"update: indices must lie in [0, {len(self.index)})")
-        self.observe(indices, losses)
+        on_pool_thread(lambda: self.observe(indices, losses))  # sums independent of threads
 
     def current_distribution(self) -> Distribution:
         """The distribution of the current epoch (frozen when the epoch is first drawn)."""
@@ -194,7 +210,7 @@ class Sampler(TorchSampler):
     def global_indices(self) -> torch.Tensor:
         """The global draw of the current epoch, over all ranks, before padding."""
         if self._drawn is None or self._drawn[0] != self.epoch:
-            distribution = self.distribution(self.epoch)
+            distribution = on_pool_thread(lambda: self._prepared(self.distribution(self.epoch)))
             units = self._draw(distribution, epoch_seed(self.seed, self.epoch))
             self._drawn = (self.epoch, distribution, units)
         return self._drawn[2]
@@ -211,7 +227,13 @@ class Sampler(TorchSampler):
 
     def __iter__(self) -> Iterator[Any]:
         units = self.epoch_indices()
-        start, self._resume_at = self._resume_at, 0
+        if self._live is not None and self._position == self._started:
+            # The last iterator was never advanced: this is a second iter() for the same pass
+            # (a DataLoader with workers calls it twice as it starts), so keep its start.
+            start = self._started
+        else:
+            start, self._resume_at = self._resume_at, 0
+        self._started = start
         # A plain list iterator (C speed); the position is read off its remaining length.
         iterator = iter(units[start:].tolist())
         self._live = (len(units), iterator)
@@ -225,18 +247,46 @@ class Sampler(TorchSampler):
         end, iterator = self._live
         return end - operator.length_hint(iterator)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Epoch, position inside it (items yielded on this rank) and feedback state."""
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        """Epoch, position inside it and feedback state.
+
+        Args:
+            consumed: units of the current epoch the training loop has taken on this rank
+                (indices, or batches for a batch sampler), counted from the start of the epoch,
+                including any taken before a restore. Pass it when something reads ahead of the
+                loop: a ``DataLoader`` with ``num_workers > 0`` asks the sampler for
+                ``prefetch_factor * num_workers`` batches early, so what the sampler has yielded
+                is more than what was trained on. With ``batch_size=B`` and ``k`` batches taken
+                in this epoch: ``consumed=min(k * B, len(sampler))`` for an index sampler,
+                ``consumed=k`` for a batch sampler. Default: what the sampler's iterator has
+                yielded (right for a plain loop over the sampler or ``num_workers=0``).
+        """
+        position = self._position
+        if consumed is not None:
+            check_int("consumed", consumed, 0)
+            if not self._started <= consumed <= position:
+                raise ValueError(
+                    f"state_dict: consumed={consumed} is outside [{self._started}, {position}]: "
+                    f"this pass over epoch {self.epoch} started at position {self._started} and "
+                    f"the sampler has handed out {position} units so far; count the units the "
+                    "loop has taken from the start of the epoch (indices, or batches for a batch "
+                    "sampler), including those taken before a restore"
+                )
+            position = consumed
         state: dict[str, Any] = {
             "seed": self.seed,
             "epoch": self.epoch,
-            "position": self._position,
+            "position": position,
             "feedback": {name: getattr(self, name).clone() for name in self.feedback_state},
         }
         if self.feedback_state and self._drawn is not None:
             # The epoch's draw depends on feedback as it was when the epoch began.
             weights = self._drawn[1]
-            state["epoch_distribution"] = (type(weights).__name__, weights.weights.clone())
+            state["epoch_distribution"] = (
+                type(weights).__name__,
+                weights.weights.clone(),
+                weights.changes_each_epoch,  # which table drew it
+            )
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -251,9 +301,12 @@ class Sampler(TorchSampler):
             setattr(self, name, state["feedback"][name].clone())
         self._drawn = None
         if "epoch_distribution" in state:
-            kind, weights = state["epoch_distribution"]
-            frozen = {"ClassWeights": ClassWeights, "SampleWeights": SampleWeights}[kind](weights)
+            kind, weights, *table = state["epoch_distribution"]  # (states before the flag: 2)
+            frozen = {"ClassWeights": ClassWeights, "SampleWeights": SampleWeights}[kind](
+                weights, changes_each_epoch=bool(table and table[0])
+            )
+            frozen = on_pool_thread(lambda: self._prepared(frozen))
             units = self._draw(frozen, epoch_seed(self.seed, self.epoch))
             self._drawn = (self.epoch, frozen, units)
-        self._resume_at = state["position"]
+        self._resume_at = self._started = state["position"]
         self._live = None

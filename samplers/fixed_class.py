@@ -2,28 +2,54 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
 
-from samplers._core import ClassWeights, Distribution, check_int, generator_for
+from samplers._core import (
+    CHUNK,
+    ClassWeights,
+    Distribution,
+    check_bool,
+    check_int,
+    cycled_passes,
+    generator_for,
+    group_by,
+    run_tasks,
+    sub_seed,
+)
 from samplers.base import Sampler
 
-__all__ = ["FixedClassSampler"]
+__all__ = ["FixedClassSampler", "REPEATS"]
+
+#: How members may repeat inside a batch; see :class:`FixedClassSampler`.
+REPEATS = ("never", "small_classes", "independent")
 
 
 class FixedClassSampler(Sampler):
     """Yields batches (lists of indices) of an exact class composition.
 
     Either ``classes_per_batch`` K and ``samples_per_class`` M (each batch: K distinct classes
-    drawn uniformly, M samples of each; the role of pytorch-metric-learning's ``MPerClassSampler``),
-    or ``quotas``: samples per batch for every class. An epoch has exactly ``num_batches`` batches
-    (default: dataset size // batch size), shared across ranks batch by batch.
+    drawn uniformly among the classes that have samples, M samples of each; the role of
+    pytorch-metric-learning's ``MPerClassSampler``), or ``quotas``: samples per batch for every
+    class. An epoch has exactly ``num_batches`` batches (default: dataset size // batch size),
+    shared across ranks batch by batch.
 
-    Without ``replacement`` a batch never repeats a sample: each class is consumed in chunks from
-    fresh random permutations of its members, so a class's samples are all used before any
-    repeats. With ``replacement`` members are drawn independently.
+    ``repeats`` says how a class's members may repeat inside a batch:
+
+    * ``"small_classes"`` (default): only a class smaller than its quota repeats, and only its
+      own members, each ``quota // size`` or one more times per batch.
+    * ``"never"``: no member twice in a batch; a class smaller than its quota is a ValueError.
+    * ``"independent"``: every member is drawn independently and uniformly from its class.
+
+    Except with ``"independent"``, each class's members are consumed across the epoch's batches
+    in a fresh shuffled order, reshuffled when exhausted: a class's next batches take the next
+    members of that order, so every member is used before any is used again.
+
+    ``replacement`` is the earlier spelling, kept for existing configs: ``True`` means
+    ``repeats="independent"``, ``False`` means ``repeats="never"``.
     """
 
     def __init__(
@@ -35,14 +61,15 @@ class FixedClassSampler(Sampler):
         quotas: Sequence[int] | None = None,
         batch_size: int | None = None,
         num_batches: int | None = None,
-        replacement: bool = False,
+        repeats: str | None = None,
+        replacement: bool | None = None,
         **kwargs: Any,
     ) -> None:
         if "num_samples" in kwargs:
             raise ValueError("num_samples does not apply to fixed_class; set num_batches instead")
-        # The base class's replacement flag governs whole-epoch draws; here it is per batch.
+        # Whole-epoch draws with replacement in the base; repeats govern what happens per batch.
         super().__init__(labels, replacement=True, **kwargs)
-        self.replacement = replacement
+        self.repeats = _resolve_repeats(repeats, replacement)
         counts = self.class_counts
         if quotas is not None:
             if classes_per_batch is not None or samples_per_class is not None:
@@ -56,13 +83,14 @@ class FixedClassSampler(Sampler):
                 )
             if (quota < 0).any() or int(quota.sum()) == 0:
                 raise ValueError("quotas must be non-negative integers with a positive total")
-            short = (quota > counts) if not replacement else (quota > 0) & (counts == 0)
-            if short.any():
-                c = int(torch.nonzero(short)[0])
+            empty = (quota > 0) & (counts == 0)
+            if empty.any():
+                c = int(torch.nonzero(empty)[0])
                 raise ValueError(
-                    f"quotas: class {c} has {int(counts[c])} samples but a quota of {int(quota[c])} "
-                    "per batch; lower its quota or set replacement=True"
+                    f"quotas: class {c} has no samples but a quota of {int(quota[c])}; set its "
+                    "quota to 0"
                 )
+            self._check_never(quota)
             self.quotas: torch.Tensor | None = quota
             per_batch = int(quota.sum())
         else:
@@ -70,14 +98,13 @@ class FixedClassSampler(Sampler):
                 raise ValueError("give quotas, or both classes_per_batch and samples_per_class")
             self.classes_per_batch = check_int("classes_per_batch", classes_per_batch, 1)
             self.samples_per_class = check_int("samples_per_class", samples_per_class, 1)
-            minimum = 1 if replacement else self.samples_per_class
-            self.eligible = torch.nonzero(counts >= minimum).flatten()
+            self.eligible = torch.nonzero(counts > 0).flatten()
             if self.eligible.numel() < self.classes_per_batch:
                 raise ValueError(
-                    f"classes_per_batch={classes_per_batch} but only {self.eligible.numel()} classes "
-                    f"have at least {minimum} samples; lower classes_per_batch or samples_per_class, "
-                    "or set replacement=True"
+                    f"classes_per_batch={classes_per_batch} but only {self.eligible.numel()} "
+                    "classes have samples; lower classes_per_batch"
                 )
+            self._check_never(torch.where(counts > 0, self.samples_per_class, 0))
             self.quotas = None
             per_batch = self.classes_per_batch * self.samples_per_class
         if batch_size is not None and batch_size != per_batch:
@@ -91,6 +118,17 @@ class FixedClassSampler(Sampler):
         self.num_batches = check_int("num_batches", num_batches, 1)
         self.num_samples = self.num_batches * per_batch
 
+    def _check_never(self, quota: torch.Tensor) -> None:
+        short = quota > self.class_counts
+        if self.repeats == "never" and short.any():
+            c = int(torch.nonzero(short)[0])
+            raise ValueError(
+                f"class {c} has {int(self.class_counts[c])} samples but a quota of "
+                f"{int(quota[c])} per batch, which repeats='never' cannot fill; lower the quota "
+                "(samples_per_class or quotas), or set repeats='small_classes' to repeat only "
+                "inside such classes"
+            )
+
     def _global_units(self) -> int:
         return self.num_batches
 
@@ -102,65 +140,94 @@ class FixedClassSampler(Sampler):
         return ClassWeights(weights)
 
     def _draw(self, distribution: Distribution, seed: int) -> torch.Tensor:
-        generator = generator_for(seed)
-        slot_class, take = self._slots(generator)
-        # Expand slots to items: item k of a slot is the k-th of its class's chunk.
-        item_slot = torch.repeat_interleave(torch.arange(slot_class.numel()), take)
-        item_class = slot_class[item_slot]
-        if self.replacement:
-            items = self.index.uniform_members(item_class, generator)
-        else:
-            shuffled, chunk_start = self._chunk_layout(slot_class, take, generator)
-            first_item = torch.cumsum(take, 0) - take
-            offset_in_slot = torch.arange(item_slot.numel()) - first_item[item_slot]
-            items = self.index.member(item_class, shuffled[chunk_start[item_slot] + offset_in_slot])
-        return items.view(self.num_batches, self.batch_size)
-
-    def _slots(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """Class of every (batch, class) slot in batch order, and the samples each slot takes."""
+        out = torch.empty(self.num_batches, self.batch_size, dtype=torch.long)
         if self.quotas is not None:
-            classes = torch.nonzero(self.quotas).flatten()
-            slot_class = classes.repeat(self.num_batches)
-            return slot_class, self.quotas[slot_class]
-        keys = torch.rand(self.num_batches, self.eligible.numel(), generator=generator)
-        chosen = torch.topk(keys, self.classes_per_batch, dim=1).indices
-        slot_class = self.eligible[chosen.flatten()]
-        return slot_class, torch.full_like(slot_class, self.samples_per_class)
+            # Every batch: each class's block of columns, in class order.
+            ends = torch.cumsum(self.quotas, 0).tolist()
+            tasks = [
+                (self.num_batches * q, partial(self._fill_quota, out, c, ends[c] - q, q, seed))
+                for c, q in enumerate(self.quotas.tolist())
+                if q > 0
+            ]
+        else:
+            slots = out.view(-1, self.samples_per_class)  # one row per (batch, class) slot
+            chosen: list[
+                torch.Tensor
+            ] = []  # drawn on a pool thread: torch runs single-threaded there
+            run_tasks([lambda: chosen.append(self._choose_classes(generator_for(seed)))])
+            grouped, per_class = group_by(chosen[0], self.num_classes)
+            ends = torch.cumsum(per_class, 0).tolist()
+            tasks = [
+                (
+                    n * self.samples_per_class,
+                    partial(self._fill_slots, slots, c, grouped[ends[c] - n : ends[c]], seed),
+                )
+                for c, n in enumerate(per_class.tolist())
+                if n > 0
+            ]
+        run_tasks(_batched(tasks))
+        return out
 
-    def _chunk_layout(
-        self, slot_class: torch.Tensor, take: torch.Tensor, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fresh permutations of each class's member positions, laid end to end, and where each
-        slot's chunk starts in them; a chunk never spans two permutations."""
-        counts = self.class_counts
-        num_slots = slot_class.numel()
-        # j: how many earlier slots the same class had (rank of the slot within its class).
-        order = torch.argsort(slot_class, stable=True)
-        slots_per_class = torch.bincount(slot_class, minlength=self.num_classes)
-        first_slot = torch.cumsum(slots_per_class, 0) - slots_per_class
-        rank_in_class = torch.empty(num_slots, dtype=torch.long)
-        rank_in_class[order] = torch.arange(num_slots) - first_slot[slot_class[order]]
-        # Per class: chunks per permutation, permutations needed.
-        per_slot = torch.zeros(self.num_classes, dtype=torch.long)
-        per_slot[slot_class] = take
-        chunks_per_perm = torch.where(per_slot > 0, counts // per_slot.clamp(min=1), 1)
-        perms = -(-slots_per_class // chunks_per_perm)  # ceil
-        perm_class = torch.repeat_interleave(torch.arange(self.num_classes), perms)
-        perm_size = counts[perm_class]
-        perm_start = torch.cumsum(perm_size, 0) - perm_size
-        first_perm = torch.cumsum(perms, 0) - perms
-        # One sort of (permutation id + random key in [0, 0.5)) shuffles every permutation at
-        # once; 0.5 keeps id + key from rounding up into the next id. Sorting keeps each
-        # permutation in its own range, so an element's member position is its sorted source
-        # index minus the start of the range it sits in.
-        total = int(perm_size.sum())
-        keys = torch.rand(total, dtype=torch.float64, generator=generator).mul_(0.5)
-        keys += torch.repeat_interleave(
-            torch.arange(perm_size.numel(), dtype=torch.float64), perm_size
-        )
-        shuffled = torch.argsort(keys, stable=True)
-        del keys
-        shuffled -= torch.repeat_interleave(perm_start, perm_size)
-        perm_of_slot = first_perm[slot_class] + rank_in_class // chunks_per_perm[slot_class]
-        start = perm_start[perm_of_slot] + (rank_in_class % chunks_per_perm[slot_class]) * take
-        return shuffled, start
+    def _choose_classes(self, generator: torch.Generator) -> torch.Tensor:
+        """Class of every slot, batch by batch: K distinct classes per batch, each K-subset
+        equally likely (Floyd's algorithm, run for all batches at once)."""
+        k, eligible = self.classes_per_batch, self.eligible.numel()
+        chosen = torch.empty(self.num_batches, k, dtype=torch.long)
+        for step, j in enumerate(range(eligible - k, eligible)):
+            # t uniform in [0, j]; if taken, take j (not yet takeable before this step).
+            u = torch.rand(self.num_batches, dtype=torch.float64, generator=generator)
+            t = u.mul_(j + 1).long()
+            taken = (chosen[:, :step] == t[:, None]).any(1)
+            chosen[:, step] = torch.where(taken, j, t)
+        return self.eligible[chosen.view(-1)]
+
+    def _members(self, c: int, slots: int, take: int, seed: int) -> torch.Tensor:
+        """Dataset indices for ``slots`` slots of class ``c``, ``take`` each: (slots, take)."""
+        size = int(self.class_counts[c])
+        start = int(self.index.offsets[c])
+        members = self.index.order[start : start + size]
+        if self.repeats == "independent":
+            u = torch.rand(slots, take, dtype=torch.float64, generator=generator_for(seed, c + 1))
+            return members[u.mul_(size).long()]  # floor(u * size) < size, see LabelIndex
+        return members[cycled_passes(size, take, slots, sub_seed(seed, c))]
+
+    def _fill_quota(self, out: torch.Tensor, c: int, column: int, take: int, seed: int) -> None:
+        out[:, column : column + take] = self._members(c, self.num_batches, take, seed)
+
+    def _fill_slots(self, slots: torch.Tensor, c: int, rows: torch.Tensor, seed: int) -> None:
+        slots.index_copy_(0, rows, self._members(c, rows.numel(), self.samples_per_class, seed))
+
+
+def _batched(tasks: list[tuple[int, Callable[[], None]]]) -> list[Callable[[], None]]:
+    """Consecutive (items, task) pairs joined into tasks of at least CHUNK items each: small
+    classes cost a thread hand-off each otherwise."""
+    joined: list[list[Callable[[], None]]] = [[]]
+    size = 0
+    for items, task in tasks:
+        if size >= CHUNK:
+            joined.append([])
+            size = 0
+        joined[-1].append(task)
+        size += items
+    return [partial(_run_all, group) for group in joined]
+
+
+def _run_all(tasks: list[Callable[[], None]]) -> None:
+    for task in tasks:
+        task()
+
+
+def _resolve_repeats(repeats: str | None, replacement: bool | None) -> str:
+    if replacement is not None:
+        check_bool("replacement", replacement)
+        if repeats is not None:
+            raise ValueError(
+                f"give repeats or replacement, not both (got repeats={repeats!r}, "
+                f"replacement={replacement!r}); replacement is the earlier spelling of repeats"
+            )
+        return "independent" if replacement else "never"
+    if repeats is None:
+        return "small_classes"
+    if repeats not in REPEATS:
+        raise ValueError(f"repeats={repeats!r} is unknown; choose one of {REPEATS}")
+    return repeats

@@ -1,4 +1,5 @@
-"""The six strategies. Each only says which distribution to draw from in each epoch."""
+"""The strategies with per-class or per-sample weights. Each only says which distribution to draw
+from in each epoch."""
 
 from __future__ import annotations
 
@@ -8,13 +9,23 @@ from typing import Any
 
 import torch
 
-from samplers._core import ClassWeights, Distribution, SampleWeights, check_int, check_number
+from samplers._core import (
+    CHUNK,
+    ClassWeights,
+    Distribution,
+    SampleWeights,
+    check_bool,
+    check_int,
+    check_number,
+)
 from samplers.base import Sampler
 
 __all__ = [
     "UniformSampler",
     "WeightedSampler",
     "AnnealedSampler",
+    "ProgressiveSampler",
+    "DeferredSampler",
     "HardMinedSampler",
     "HybridSampler",
     "power_weights",
@@ -155,13 +166,19 @@ def schedule_progress(epoch: int, total_epochs: int, schedule: str, steps: int =
 
 
 class AnnealedSampler(Sampler):
-    """Progressively balanced sampling (Kang et al. 2020).
+    """Class shares annealed from ``p_start ∝ n^q_start`` to ``p_end ∝ n^q_end`` over training.
 
-    ``mode="mix"``: ``p(t) = (1 - s) p_start + s p_end`` with ``p_start ∝ n^q_start`` and
-    ``p_end ∝ n^q_end``; ``mode="power"``: ``p(t) ∝ n^(q_start + s (q_end - q_start))``. The
-    progress ``s`` goes from 0 at epoch 0 to 1 at epoch ``total_epochs`` along ``schedule``
-    (linear, cosine, or step: ``steps`` equal jumps). The default moves from class-balanced
-    (q=0) to instance-balanced (q=1); swap ``q_start`` and ``q_end`` for the other direction.
+    ``mode="mix"``: ``p(t) = (1 - s) p_start + s p_end``; ``mode="power"``:
+    ``p(t) ∝ n^(q_start + s (q_end - q_start))``. The progress ``s`` goes from 0 at epoch 0 to 1
+    at epoch ``total_epochs`` along ``schedule`` (linear, cosine, or step: ``steps`` equal
+    jumps).
+
+    The default runs from class-balanced (q=0) to instance-balanced (q=1): per-sample
+    inverse-frequency weights annealed to 1, a curriculum that starts on balanced data and ends
+    on the natural distribution. The published progressively-balanced sampling of Kang et al.
+    (2020, "Decoupling representation and classifier for long-tailed recognition") is the
+    other direction with the ``mix`` form, instance- to class-balanced: see
+    :class:`ProgressiveSampler`.
     """
 
     def __init__(
@@ -198,6 +215,65 @@ class AnnealedSampler(Sampler):
             )
         start, end = power_weights(counts, self.q_start), power_weights(counts, self.q_end)
         return ClassWeights((1.0 - s) * start + s * end)
+
+
+class ProgressiveSampler(AnnealedSampler):
+    """Progressively-balanced sampling of Kang et al. (2020): instance- to class-balanced.
+
+    ``p(t) = (1 - t/T) p_IB + (t/T) p_CB`` with ``T = total_epochs``: :class:`AnnealedSampler`
+    with ``q_start=1`` (instance-balanced), ``q_end=0`` (class-balanced), ``mode="mix"`` and a
+    linear schedule by default.
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[int] | torch.Tensor,
+        *,
+        total_epochs: int,
+        q_start: float = 1.0,
+        q_end: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(labels, total_epochs=total_epochs, q_start=q_start, q_end=q_end, **kwargs)
+
+
+class DeferredSampler(Sampler):
+    """Deferred re-sampling (DRS, Cao et al. 2019, "Learning imbalanced datasets with
+    label-distribution-aware margin loss"): instance-balanced, then class-balanced.
+
+    Class shares are ``∝ n^q_before`` before epoch ``int(defer_fraction * total_epochs)`` and
+    ``∝ n^q_after`` from it on: by default instance-balanced for the first 80% of training and
+    class-balanced after (epoch 160 of 200). The switch epoch follows the same rule as the
+    deferred re-weighting loss (DRW), so the two switch together.
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[int] | torch.Tensor,
+        *,
+        total_epochs: int,
+        defer_fraction: float = 0.8,
+        q_before: float = 1.0,
+        q_after: float = 0.0,
+        replacement: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(labels, replacement=replacement, **kwargs)
+        check_int("total_epochs", total_epochs, 1)
+        fraction = check_number("defer_fraction", defer_fraction)
+        if not 0.0 <= fraction < 1.0:
+            raise ValueError(
+                f"defer_fraction must lie in [0, 1) (e.g. 0.8: the last 20% re-sampled), "
+                f"got {defer_fraction}"
+            )
+        self.total_epochs = total_epochs
+        self.switch_epoch = int(fraction * total_epochs)
+        counts = self.class_counts
+        self._before = ClassWeights(power_weights(counts, check_number("q_before", q_before)))
+        self._after = ClassWeights(power_weights(counts, check_number("q_after", q_after)))
+
+    def distribution(self, epoch: int) -> Distribution:
+        return self._before if epoch < self.switch_epoch else self._after
 
 
 class HardMinedSampler(Sampler):
@@ -240,7 +316,7 @@ class HardMinedSampler(Sampler):
         self.floor = check_number("floor", floor)
         if not 0.0 < self.floor <= 1.0:
             raise ValueError(f"floor must lie in (0, 1] so that no sample starves, got {floor}")
-        self.class_balanced = class_balanced
+        self.class_balanced = check_bool("class_balanced", class_balanced)
         self.loss_ema = torch.zeros(len(self.index), dtype=torch.float64)
         self.seen = torch.zeros(len(self.index), dtype=torch.bool)
 
@@ -270,7 +346,7 @@ class HardMinedSampler(Sampler):
 
     def distribution(self, epoch: int) -> Distribution:
         if not self.seen.any():
-            return SampleWeights(self._base())
+            return SampleWeights.for_one_epoch(self._base())
         if self.seen.all():  # after the first epoch, usually: no masking needed
             weights = self._sharpen(self.loss_ema)
         else:
@@ -279,27 +355,49 @@ class HardMinedSampler(Sampler):
             weights[self.seen] = sharpened
         if self.class_balanced:
             base = self._base()
-            return SampleWeights(
+            return SampleWeights.for_one_epoch(
                 (1.0 - self.floor) * self._per_class_normalised(weights) + self.floor * base
             )
         total = float(weights.sum())
         if total <= 0:
-            return SampleWeights(self._base())
+            return SampleWeights.for_one_epoch(self._base())
         # p = (1 - floor) * w / sum(w) + floor / N, in place on the fresh weights tensor
-        return SampleWeights(
+        return SampleWeights.for_one_epoch(
             weights.mul_((1.0 - self.floor) / total).add_(self.floor / weights.numel())
         )
 
     def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
         if indices.numel() == 0:
             return
+        if indices.numel() * 4 >= len(self.index):
+            self._observe_dense(indices, losses)
+            return
         unique, inverse = torch.unique(indices, return_inverse=True)
-        mean_loss = torch.zeros(unique.numel(), dtype=torch.float64).index_add_(0, inverse, losses)
+        mean_loss = torch.zeros(unique.numel(), dtype=torch.float64)
+        mean_loss.index_add_(0, inverse, losses)
         mean_loss /= torch.bincount(inverse, minlength=unique.numel())
         previous = self.loss_ema[unique]
-        smoothed = self.momentum * previous + (1.0 - self.momentum) * mean_loss
+        smoothed = previous.mul_(self.momentum).add_(mean_loss, alpha=1.0 - self.momentum)
         self.loss_ema[unique] = torch.where(self.seen[unique], smoothed, mean_loss)
         self.seen[unique] = True
+
+    def _observe_dense(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
+        """Feedback on a large share of the data (a whole epoch at once): sums over dense tables
+        instead of sorting the indices, applied slice by slice so that no other temporary is as
+        large as the data (10^8 samples: 800 MB each)."""
+        totals = torch.zeros(len(self.index), dtype=torch.float64).index_add_(0, indices, losses)
+        times = torch.zeros(len(self.index), dtype=torch.int32)
+        times.index_add_(0, indices, torch.ones(1, dtype=torch.int32).expand(indices.numel()))
+        for start in range(0, len(self.index), CHUNK):
+            part = slice(start, start + CHUNK)
+            fed = times[part] > 0
+            mean_loss = totals[part].div_(times[part])  # NaN where not fed: masked out below
+            ema, seen = self.loss_ema[part], self.seen[part]
+            smoothed = torch.where(
+                seen, ema * self.momentum + (1.0 - self.momentum) * mean_loss, mean_loss
+            )
+            ema.copy_(torch.where(fed, smoothed, ema))
+            seen |= fed
 
 
 class HybridSampler(Sampler):

@@ -16,14 +16,26 @@ STRATEGIES: dict[str, Callable[..., samplers.Sampler]] = {
         labels, q=0.5, replacement=False, **kw
     ),
     "fixed_class": lambda labels, **kw: samplers.FixedClassSampler(
-        labels, classes_per_batch=2, samples_per_class=2, replacement=True, **kw
+        labels, classes_per_batch=2, samples_per_class=3, **kw
+    ),
+    "fixed_class_independent": lambda labels, **kw: samplers.FixedClassSampler(
+        labels, quotas=[1] * (int(max(labels)) + 1), repeats="independent", **kw
     ),
     "annealed": lambda labels, **kw: samplers.AnnealedSampler(labels, total_epochs=4, **kw),
+    "progressive": lambda labels, **kw: samplers.ProgressiveSampler(labels, total_epochs=4, **kw),
+    "deferred": lambda labels, **kw: samplers.DeferredSampler(labels, total_epochs=4, **kw),
+    "mixture": lambda labels, **kw: samplers.MixtureSampler(
+        labels,
+        components=[samplers.UniformSampler, samplers.HardMinedSampler, [0, 1]],
+        shares=[0.5, 0.25, 0.25],
+        batch_size=4,
+        **kw,
+    ),
     "hard_mined": lambda labels, **kw: samplers.HardMinedSampler(labels, **kw),
     "hybrid": lambda labels, **kw: samplers.HybridSampler(labels, **kw),
 }
 
-BATCH_SAMPLERS = {"fixed_class"}
+BATCH_SAMPLERS = {"fixed_class", "fixed_class_independent", "mixture"}
 WITHOUT_REPLACEMENT = {"uniform", "weighted_no_replacement"}
 
 

@@ -12,7 +12,7 @@ from scipy.stats import chi2
 
 import samplers
 from samplers import sampling_stats
-from samplers._core import AliasTable
+from samplers._core import AliasTable, GuideTable
 from samplers.strategies import schedule_progress
 
 LABELS = torch.tensor([0] * 500 + [1] * 200 + [2] * 60 + [3] * 15 + [4] * 3)
@@ -100,9 +100,9 @@ def test_fixed_class_k_by_m_batches_have_exact_composition():
     for batch in batches:
         classes, per_class = LABELS[batch].unique(return_counts=True)
         assert classes.numel() == 3 and (per_class == 3).all()
-        assert batch.unique().numel() == 9, "no sample repeats inside a batch without replacement"
+        assert batch.unique().numel() == 9, "classes of 3+ samples never repeat inside a batch"
         seen_classes[classes] += 1
-    # Classes chosen uniformly among those with >= 3 samples: each in 3/5 of the batches.
+    # Classes chosen uniformly among all five (class 4 has exactly 3): each in 3/5 of batches.
     chi_square_ok(
         torch.repeat_interleave(torch.arange(5), seen_classes.long()),
         torch.arange(5),
@@ -110,25 +110,86 @@ def test_fixed_class_k_by_m_batches_have_exact_composition():
     )
 
 
-def test_fixed_class_uses_every_sample_of_a_class_before_repeating():
+def test_fixed_class_small_classes_repeat_only_their_own_members():
+    """The issue's case: labels [0,1,2,3]*3 minus one; class 3 (2 samples) below a quota of 3."""
+    labels = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2])
+    sampler = samplers.FixedClassSampler(
+        labels, classes_per_batch=2, samples_per_class=3, num_batches=200, seed=1
+    )
+    batches = sampler.epoch_indices()
+    seen = set()
+    for batch in batches:
+        for c in labels[batch].unique().tolist():
+            members = batch[labels[batch] == c]
+            assert members.numel() == 3
+            seen.add(c)
+            if c == 3:  # two members for three places: both, one of them twice
+                assert sorted(set(members.tolist())) == [3, 7]
+            else:
+                assert members.unique().numel() == 3
+    assert seen == {0, 1, 2, 3}, "every class appears, the small one included"
+    with pytest.raises(ValueError, match="class 3 has 2 samples but a quota of 3"):
+        samplers.FixedClassSampler(
+            labels, classes_per_batch=2, samples_per_class=3, repeats="never"
+        )
+    with pytest.raises(ValueError, match="class 3 has 2 samples but a quota of 3"):
+        samplers.FixedClassSampler(labels, quotas=[1, 1, 1, 3], replacement=False)
+
+
+def test_fixed_class_cycles_through_a_class_before_reusing_members():
     labels = torch.tensor([0] * 12 + [1] * 7)
-    sampler = samplers.FixedClassSampler(labels, quotas=[4, 2], num_batches=3, seed=8)
+    sampler = samplers.FixedClassSampler(labels, quotas=[4, 2], num_batches=14, seed=8)
     batches = sampler.epoch_indices()
     for batch in batches:
         assert (labels[batch] == 0).sum() == 4 and (labels[batch] == 1).sum() == 2
-    assert batches[:, :4].unique().numel() == 12  # three chunks of one permutation of class 0
-    assert batches[:, 4:].unique().numel() == 6  # 7 // 2 = 3 chunks: 6 distinct of class 1
+        assert batch.unique().numel() == 6
+    # Class 0: three batches per pass of all 12. Class 1 (7 members, 2 per batch): four batches
+    # per pass, the fourth completed by a member of the same pass, so 7 distinct every 4 batches.
+    for start in range(0, 12, 3):
+        assert batches[start : start + 3, :4].unique().numel() == 12
+    for start in range(0, 12, 4):
+        assert batches[start : start + 4, 4:].unique().numel() == 7
+
+
+def test_fixed_class_coverage_with_one_per_class():
+    """Quotas of 1 per class: a class of n members shows all n in its first n batches (with
+    independent draws about 1 - 1/e of them would show)."""
+    labels = torch.arange(3000) % 3  # 1000 per class
+    batches = samplers.FixedClassSampler(
+        labels, quotas=[1, 1, 1], num_batches=1000, seed=3
+    ).epoch_indices()
+    for c in range(3):
+        assert batches[:, c].unique().numel() == 1000
+    independent = samplers.FixedClassSampler(
+        labels, quotas=[1, 1, 1], num_batches=1000, seed=3, repeats="independent"
+    ).epoch_indices()
+    # Distinct among 1000 uniform draws from 1000: mean 632.3, sd 8.8; 700 is 7.6 sd away.
+    assert independent[:, 0].unique().numel() < 700
+
+
+def test_fixed_class_independent_draws_are_uniform_within_a_class():
+    labels = torch.tensor([0] * 10 + [1] * 10)
+    batches = samplers.FixedClassSampler(
+        labels, quotas=[3, 1], num_batches=5000, seed=2, repeats="independent"
+    ).epoch_indices()
+    chi_square_ok(batches[:, :3], torch.arange(20), torch.tensor([0.1] * 10 + [0.0] * 10).double())
 
 
 def test_fixed_class_validation():
     with pytest.raises(ValueError, match="class 4 has 3 samples but a quota of 5"):
-        samplers.FixedClassSampler(LABELS, quotas=[5, 5, 5, 5, 5])
+        samplers.FixedClassSampler(LABELS, quotas=[5, 5, 5, 5, 5], repeats="never")
     with pytest.raises(ValueError, match="batch_size=10 does not match"):
         samplers.FixedClassSampler(LABELS, classes_per_batch=2, samples_per_class=4, batch_size=10)
-    with pytest.raises(ValueError, match="only 3 classes have at least 20"):
-        samplers.FixedClassSampler(LABELS, classes_per_batch=4, samples_per_class=20)
+    with pytest.raises(ValueError, match="only 5 classes have samples"):
+        samplers.FixedClassSampler(LABELS, classes_per_batch=6, samples_per_class=2)
     with pytest.raises(ValueError, match="num_batches must be a positive integer"):
         samplers.FixedClassSampler(LABELS, classes_per_batch=2, samples_per_class=2, num_batches=0)
+    with pytest.raises(ValueError, match="repeats='sometimes' is unknown"):
+        samplers.FixedClassSampler(LABELS, quotas=[1] * 5, repeats="sometimes")
+    with pytest.raises(ValueError, match="give repeats or replacement, not both"):
+        samplers.FixedClassSampler(LABELS, quotas=[1] * 5, repeats="never", replacement=True)
+    with pytest.raises(ValueError, match="class 2 has no samples but a quota of 1"):
+        samplers.FixedClassSampler([0, 1, 3], quotas=[1, 1, 1, 1])
 
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine", "step"])
@@ -263,6 +324,11 @@ BAD_INPUT = [
     (lambda: samplers.HardMinedSampler([0, 1], momentum=1.0), "momentum must lie in"),
     (lambda: samplers.UniformSampler([0, 1], rank=2, world_size=2), "rank must be an integer in"),
     (lambda: samplers.UniformSampler([0, 1], seed=1.5), "seed must be an integer"),
+    (
+        lambda: samplers.DeferredSampler([0, 1], total_epochs=5, defer_fraction=1.0),
+        r"defer_fraction must lie in \[0, 1\)",
+    ),
+    (lambda: samplers.UniformSampler([0, 1]).state_dict(consumed=-1), "consumed must be a non"),
 ]
 
 
@@ -304,6 +370,28 @@ def test_alias_table_reproduces_any_weights_exactly(weights):
     assert (implied_probabilities(table)[w == 0] == 0).all()  # zero weight: never drawn
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(st.just(0.0), st.floats(1e-9, 1e9)), min_size=1, max_size=300).filter(
+        lambda w: sum(w) > 0
+    ),
+    st.integers(0, 2**31),
+)
+def test_guide_table_reproduces_any_weights_exactly(weights, seed):
+    w = torch.tensor(weights, dtype=torch.float64)
+    table = GuideTable(w)
+    # What the table draws: item i covers [ends[i-1], ends[i]) of [0, total).
+    widths = torch.diff(table.ends, prepend=torch.zeros(1, dtype=torch.float64)) / table.total
+    assert torch.allclose(widths, w / w.sum(), rtol=1e-9, atol=1e-12)
+    assert (widths[w == 0] == 0).all()  # zero weight: an empty interval, never drawn
+    # The guided lookup finds the covering item exactly as a binary search does.
+    u = torch.rand(2000, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    u = torch.cat([u * table.total, table.ends[:-1]])  # item ends: the boundary cases
+    u = u[u < table.total]  # trailing zero weights end at the total, outside [0, total)
+    expected = torch.searchsorted(table.ends, u, right=True)
+    assert torch.equal(table.lookup(u), expected)
+
+
 def test_hard_mined_temperature_and_a_class_with_zero_losses():
     labels = torch.tensor([0, 0, 1, 1, 1])
     sampler = samplers.HardMinedSampler(labels, temperature=0.5, floor=0.5)
@@ -322,3 +410,104 @@ def test_hard_mined_temperature_and_a_class_with_zero_losses():
     assert torch.allclose(
         weights[:2], 0.8 * torch.tensor([0.125, 0.375], dtype=torch.float64) + 0.2 * 0.25
     )
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_progressive_and_annealed_follow_their_formulas(schedule):
+    """Kang et al.: p(t) = (1 - t/T) p_IB + (t/T) p_CB; annealed: the other way round."""
+    instance, balanced = COUNTS / COUNTS.sum(), torch.full((5,), 0.2, dtype=torch.float64)
+    progressive = samplers.ProgressiveSampler(LABELS, total_epochs=10, schedule=schedule)
+    annealed = samplers.AnnealedSampler(LABELS, total_epochs=10, schedule=schedule)
+    for epoch, s in [(0, 0.0), (5, 0.5), (10, 1.0)]:  # t = 0, T/2, T: s = 0, 1/2, 1 either way
+        progressive.set_epoch(epoch)
+        annealed.set_epoch(epoch)
+        assert torch.allclose(progressive.target_class_shares(), (1 - s) * instance + s * balanced)
+        assert torch.allclose(annealed.target_class_shares(), (1 - s) * balanced + s * instance)
+
+
+def test_deferred_switches_exactly_at_its_epoch():
+    instance, balanced = COUNTS / COUNTS.sum(), torch.full((5,), 0.2, dtype=torch.float64)
+    sampler = samplers.DeferredSampler(LABELS, total_epochs=200, num_samples=20_000, seed=12)
+    assert sampler.switch_epoch == 160  # 80% of 200, as loss=drw
+    for epoch, target in [(0, instance), (159, instance), (160, balanced), (199, balanced)]:
+        sampler.set_epoch(epoch)
+        assert torch.allclose(sampler.target_class_shares(), target)
+        chi_square_ok(sampler.epoch_indices(), LABELS, target)
+    assert samplers.DeferredSampler(LABELS, total_epochs=10, defer_fraction=0.5).switch_epoch == 5
+
+
+def test_mixture_shares_per_batch_are_exact():
+    current, memory = torch.arange(0, 700), torch.arange(700, 778)  # a replay memory of 78
+    sampler = samplers.MixtureSampler(
+        LABELS, components=[current, memory], shares=[0.75, 0.25], batch_size=12, seed=13
+    )
+    assert sampler.counts == [9, 3] and len(sampler) == len(LABELS) // 12
+    batches = sampler.epoch_indices()
+    assert batches.shape == (len(sampler), 12)
+    assert (batches[:, :9] < 700).all() and (batches[:, 9:] >= 700).all()
+    for batch in batches:
+        assert batch.unique().numel() == 12  # pools larger than their count: no repeats
+    # The memory is read in passes of 26 batches (78 / 3): all of it in each pass.
+    assert batches[:26, 9:].unique().numel() == 78
+    memory_shares = torch.bincount(LABELS[memory], minlength=5).double() / 78
+    current_shares = torch.bincount(LABELS[current], minlength=5).double() / 700
+    assert torch.allclose(
+        sampler.target_class_shares(), 0.75 * current_shares + 0.25 * memory_shares
+    )
+
+
+def test_mixture_of_strategies_takes_each_share_from_its_component():
+    import functools
+
+    sampler = samplers.MixtureSampler(
+        LABELS,
+        components=[samplers.UniformSampler, functools.partial(samplers.WeightedSampler, q=0.0)],
+        shares=[0.7, 0.3],
+        batch_size=10,
+        num_batches=111,  # 7 x 111 = 777 of the 778 samples: one shuffle without replacement
+        seed=14,
+    )
+    assert sampler.counts == [7, 3]
+    instance, balanced = COUNTS / COUNTS.sum(), torch.full((5,), 0.2, dtype=torch.float64)
+    assert torch.allclose(sampler.target_class_shares(), 0.7 * instance + 0.3 * balanced)
+    batches = sampler.epoch_indices()
+    chi_square_ok(batches[:, 7:], LABELS, balanced)  # the class-balanced columns
+    # The instance-balanced columns are one shuffle without replacement: no sample twice.
+    assert batches[:, :7].unique().numel() == 777
+
+
+def test_mixture_validation():
+    with pytest.raises(ValueError, match="one share per component"):
+        samplers.MixtureSampler(LABELS, components=[[0]], shares=[0.5, 0.5], batch_size=4)
+    with pytest.raises(ValueError, match="a component gets no item per batch"):
+        samplers.MixtureSampler(LABELS, components=[[0], [1]], shares=[0.95, 0.05], batch_size=4)
+    with pytest.raises(ValueError, match="pass its class or a functools.partial"):
+        samplers.MixtureSampler(
+            LABELS, components=[samplers.UniformSampler(LABELS)], shares=[1], batch_size=4
+        )
+    with pytest.raises(ValueError, match=r"pool indices must lie in \[0, 778\)"):
+        samplers.MixtureSampler(LABELS, components=[[0, 778]], shares=[1], batch_size=4)
+    with pytest.raises(ValueError, match="a mixture takes index samplers"):
+        samplers.MixtureSampler(
+            LABELS,
+            components=[lambda y, **kw: samplers.FixedClassSampler(y, quotas=[1] * 5)],
+            shares=[1],
+            batch_size=4,
+        )
+
+
+BAD_BOOLEANS = [
+    (lambda v: samplers.UniformSampler(LABELS, replacement=v), "replacement"),
+    (lambda v: samplers.WeightedSampler(LABELS, replacement=v), "replacement"),
+    (lambda v: samplers.UniformSampler(LABELS, drop_last=v), "drop_last"),
+    (lambda v: samplers.HardMinedSampler(LABELS, class_balanced=v), "class_balanced"),
+    (lambda v: samplers.FixedClassSampler(LABELS, quotas=[1] * 5, replacement=v), "replacement"),
+    (lambda v: samplers.DeferredSampler(LABELS, total_epochs=5, replacement=v), "replacement"),
+]
+
+
+@pytest.mark.parametrize(("build", "name"), BAD_BOOLEANS)
+@pytest.mark.parametrize("value", ["False", 0, 1, "true"])
+def test_bad_booleans_raise_naming_the_parameter(build, name, value):
+    with pytest.raises(ValueError, match=f"{name} must be True or False, got {value!r}"):
+        build(value)

@@ -1,0 +1,194 @@
+"""A batch sampler whose every batch takes fixed shares from several sources."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import torch
+
+from samplers._core import (
+    ClassWeights,
+    Distribution,
+    check_int,
+    check_number,
+    cycled_passes,
+    epoch_seed,
+    on_pool_thread,
+    sub_seed,
+)
+from samplers.base import Sampler
+
+__all__ = ["MixtureSampler"]
+
+Component = Callable[..., Sampler] | Sequence[int] | torch.Tensor
+
+
+class MixtureSampler(Sampler):
+    """Yields batches of which a fixed number of items comes from each component.
+
+    Every batch holds ``counts[c]`` items of component ``c``, component 0's first, then
+    component 1's, and so on: e.g. 70% instance-balanced plus 30% class-balanced draws, or the
+    current task's data plus a replay memory at a fixed replay ratio (the replay sampler of
+    continual learning, mixed inside every batch instead of chained after the data). An epoch
+    has exactly ``num_batches`` batches (default: dataset size // batch size), shared across
+    ranks batch by batch.
+
+    A component is either
+
+    * a strategy: a callable ``(labels, **kwargs) -> Sampler``, such as a sampler class or a
+      ``functools.partial`` of one with its parameters (in Hydra: ``_partial_: true``). The
+      mixture builds it with the ``num_samples`` it needs per epoch, a seed derived from its
+      own and a single rank; it receives every :meth:`update`. Batch samplers cannot be
+      components.
+    * an index pool: a sequence or 1-D tensor of dataset indices, read in fresh shuffled passes
+      (every pool member once per pass), with no member twice in a batch unless the pool is
+      smaller than its count per batch.
+
+    Args:
+        components: two or more components (one is allowed, though it mixes nothing).
+        shares: one positive share per component; they are normalised and turned into counts
+            per batch that add up to ``batch_size`` by largest remainder (ties to the earlier
+            component), so ``shares=[0.7, 0.3]`` with ``batch_size=10`` gives 7 and 3 exactly.
+        batch_size: items per batch.
+        num_batches: batches per epoch (default: dataset size // batch_size, at least 1).
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[int] | torch.Tensor,
+        *,
+        components: Sequence[Component],
+        shares: Sequence[float],
+        batch_size: int,
+        num_batches: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if "num_samples" in kwargs:
+            raise ValueError("num_samples does not apply to mixture; set num_batches instead")
+        super().__init__(labels, replacement=True, **kwargs)
+        components, shares = list(components), list(shares)
+        if not components or len(shares) != len(components):
+            raise ValueError(
+                f"give one share per component: got {len(components)} components and "
+                f"{len(shares)} shares"
+            )
+        weights = [check_number(f"shares[{i}]", s) for i, s in enumerate(shares)]
+        if min(weights) <= 0:
+            raise ValueError(f"shares must all be > 0 (drop a component instead), got {shares}")
+        self.batch_size = check_int("batch_size", batch_size)
+        if self.batch_size < len(components):
+            raise ValueError(
+                f"batch_size={batch_size} is smaller than the {len(components)} components; "
+                "every component needs at least one item per batch"
+            )
+        self.counts = _largest_remainder(weights, self.batch_size)
+        if min(self.counts) == 0:
+            raise ValueError(
+                f"shares={shares} with batch_size={batch_size} give counts {self.counts}: a "
+                "component gets no item per batch; raise its share or the batch size"
+            )
+        if num_batches is None:
+            num_batches = max(1, len(self.index) // self.batch_size)
+        self.num_batches = check_int("num_batches", num_batches, 1)
+        self.num_samples = self.num_batches * self.batch_size
+        # Strategies are built here; pools stay index tensors.
+        self.components: list[Sampler | torch.Tensor] = [
+            self._build(i, component) for i, component in enumerate(components)
+        ]
+
+    def _build(self, i: int, component: Component) -> Sampler | torch.Tensor:
+        if isinstance(component, Sampler):
+            raise ValueError(
+                f"components[{i}] is a {type(component).__name__} instance; pass its class or a "
+                "functools.partial of it (Hydra: _partial_: true): the mixture sets its "
+                "num_samples, seed and rank"
+            )
+        if callable(component):
+            built = component(
+                self.labels,
+                num_samples=self.num_batches * self.counts[i],
+                # A negative "epoch" gives seeds that no epoch of this mixture uses.
+                seed=epoch_seed(self.seed, -1 - i),
+                rank=0,
+                world_size=1,
+                num_classes=self.num_classes,
+            )
+            if built.batch_size is not None:
+                raise ValueError(
+                    f"components[{i}] is a batch sampler ({type(built).__name__}); a mixture "
+                    "takes index samplers and index pools"
+                )
+            return built
+        pool = torch.as_tensor(component).reshape(-1)
+        if pool.numel() == 0 or pool.is_floating_point() or pool.dtype == torch.bool:
+            raise ValueError(
+                f"components[{i}]: an index pool must be a non-empty sequence of integer dataset "
+                "indices (or a sampler class / functools.partial)"
+            )
+        pool = pool.long()
+        if int(pool.min()) < 0 or int(pool.max()) >= len(self.index):
+            raise ValueError(
+                f"components[{i}]: pool indices must lie in [0, {len(self.index)}), the dataset"
+            )
+        return pool
+
+    def _global_units(self) -> int:
+        return self.num_batches
+
+    def distribution(self, epoch: int) -> Distribution:
+        mixed = torch.zeros(self.num_classes, dtype=torch.float64)
+        for count, component in zip(self.counts, self.components, strict=True):
+            if isinstance(component, Sampler):
+                component.set_epoch(epoch)
+                shares = component.target_class_shares()
+            else:
+                shares = torch.bincount(self.labels[component], minlength=self.num_classes)
+                shares = shares.double() / component.numel()
+            mixed += count / self.batch_size * shares
+        return ClassWeights(mixed)
+
+    def _draw(self, distribution: Distribution, seed: int) -> torch.Tensor:
+        parts = []
+        for i, (count, component) in enumerate(zip(self.counts, self.components, strict=True)):
+            if isinstance(component, Sampler):
+                component.set_epoch(self.epoch)
+                parts.append(component.global_indices().view(self.num_batches, count))
+            else:
+                size, pass_seed = component.numel(), sub_seed(seed, i)
+                positions = on_pool_thread(
+                    partial(cycled_passes, size, count, self.num_batches, pass_seed)
+                )
+                parts.append(component[positions])
+        return torch.cat(parts, dim=1)
+
+    def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
+        for component in self.components:
+            if isinstance(component, Sampler):
+                component.observe(indices, losses)
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        state = super().state_dict(consumed)
+        state["components"] = [
+            c.state_dict() if isinstance(c, Sampler) else None for c in self.components
+        ]
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        # Components first: restoring the mixture's epoch must find their frozen draws.
+        for component, saved in zip(self.components, state["components"], strict=True):
+            if isinstance(component, Sampler):
+                component.load_state_dict(saved)
+        super().load_state_dict(state)
+
+
+def _largest_remainder(weights: list[float], total: int) -> list[int]:
+    """Integer counts proportional to ``weights`` that add up to ``total``."""
+    exact = [w / sum(weights) * total for w in weights]
+    counts = [math.floor(x) for x in exact]
+    by_remainder = sorted(range(len(weights)), key=lambda i: (counts[i] - exact[i], i))
+    for i in by_remainder[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
