@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp-install
 # On these machines both come from local disk (a CUDA build that also runs on the CPU).
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
-SWEEP  ?= sampler=uniform,weighted,fixed_class,annealed,hard_mined,hybrid seed=0,1,2
+SWEEP  ?= sampler=uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture seed=0,1,2
 PORT   ?= 5000
 
 .PHONY: help install install-browser install-server run sweep study test lint bench report ui server clean
