@@ -138,6 +138,9 @@ def autocast(device: torch.device) -> AbstractContextManager:
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
 
 
+_CHECK_EVERY = 20  # batches between finiteness checks on a GPU (each one synchronises)
+
+
 def train_epoch(
     state: TrainState,
     train_x: torch.Tensor,
@@ -204,17 +207,13 @@ def train_epoch(
     return EpochResult(mean_loss, delivered, losses_cpu)
 
 
-_CHECK_EVERY = 20
-
-
 def _check_finite(state: TrainState, losses_so_far: torch.Tensor, per_batch: int) -> None:
+    """Raise :class:`Diverged` naming the first batch whose loss is not finite."""
     if bool(torch.isfinite(state.epoch_loss_sum)):
         return
-    first = (
-        int((~torch.isfinite(losses_so_far)).nonzero()[0])
-        if not bool(torch.isfinite(losses_so_far).all())
-        else losses_so_far.numel() - 1
-    )
+    bad = (~torch.isfinite(losses_so_far)).nonzero()
+    # The weighted loss can overflow while the cross-entropy stays finite: then the last batch.
+    first = int(bad[0]) if bad.numel() else losses_so_far.numel() - 1
     batch = first // per_batch
     before = losses_so_far[: batch * per_batch]
     raise Diverged(state.epoch, batch, float(before.mean()) if before.numel() else math.nan)
