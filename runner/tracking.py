@@ -100,14 +100,9 @@ def prepare_store(uri: str) -> None:
         descriptor = os.open(folder, os.O_RDONLY)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
-            try:
-                MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-            except Exception as error:
-                raise _store_error(
-                    uri,
-                    f"not a usable MLflow store ({type(error).__name__}: {str(error).splitlines()[0][:200]})",
-                    "point tracking.uri at an MLflow sqlite file, or drop the override to use the project store",
-                ) from error
+            _read_store(
+                uri, "not a usable MLflow store", "point tracking.uri at an MLflow sqlite file"
+            )
         finally:
             os.close(descriptor)  # releases the lock
         return
@@ -122,13 +117,17 @@ def prepare_store(uri: str) -> None:
                 "start one (make server, or mlflow server --host 127.0.0.1 --port PORT), or drop the override to use the local store",
             ) from error
         return
+    _read_store(uri, "the store cannot be read", "check the URI")
+
+
+def _read_store(uri: str, problem: str, fix: str) -> None:
+    """One read, which also creates or migrates a database store."""
     try:
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except Exception as error:
+        why = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
         raise _store_error(
-            uri,
-            f"the store cannot be read ({type(error).__name__}: {str(error).splitlines()[0][:200]})",
-            "check the URI, or drop the override to use the project store",
+            uri, f"{problem} ({why})", f"{fix}, or drop the override to use the project store"
         ) from error
 
 

@@ -78,16 +78,15 @@ def test_sweep_gives_one_parent_with_nested_children(tmp_path, tracking_uri):
         assert child.data.tags["overrides"].startswith("sampler=")
 
 
-def test_sweep_under_the_joblib_launcher(tmp_path, tracking_uri):
+@pytest.mark.parametrize(
+    "launcher",
+    # submitit's local executor runs each job as its own process, as on a SLURM cluster.
+    [["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], ["hydra/launcher=submitit_local"]],
+    ids=["joblib", "submitit_local"],
+)
+def test_sweep_under_other_launchers_joins_the_parent(launcher, tmp_path, tracking_uri):
     cli(
-        [
-            "-m",
-            "hydra/launcher=joblib",
-            "hydra.launcher.n_jobs=2",
-            "sampler=hard_mined,fixed_class",
-            f"tracking.uri={tracking_uri}",
-            *QUICK,
-        ],
+        ["-m", *launcher, "sampler=hard_mined,fixed_class", f"tracking.uri={tracking_uri}", *QUICK],
         cwd=tmp_path,
     )
     runs = runs_of(tracking_uri)
@@ -97,24 +96,7 @@ def test_sweep_under_the_joblib_launcher(tmp_path, tracking_uri):
     assert parent.info.status == "FINISHED"
 
 
-def test_sweep_under_submitit_local_and_the_slurm_config(tmp_path, tracking_uri):
-    """hydra-submitit-launcher's local executor runs each job as its own process; children
-    join the parent exactly as with the basic launcher. hydra/launcher=slurm composes."""
-    cli(
-        [
-            "-m",
-            "hydra/launcher=submitit_local",
-            "sampler=uniform,weighted",
-            f"tracking.uri={tracking_uri}",
-            *QUICK,
-        ],
-        cwd=tmp_path,
-    )
-    runs = runs_of(tracking_uri)
-    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
-    assert parent.info.status == "FINISHED"
+def test_the_slurm_launcher_config_composes(tmp_path):
     shown = cli(
         ["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "--cfg", "hydra"], cwd=tmp_path
     )
