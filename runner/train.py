@@ -1,12 +1,13 @@
-"""The training loop: data stays in memory (on the device when there is one) and whole batches
-are gathered by index in the sampler's order; per-sample losses go back to the sampler."""
+"""The training loop: batches in the sampler's order, gathered by index from memory (on the
+device when there is one) or read through a DataLoader (:mod:`runner.feeding`); per-sample
+losses go back to the sampler."""
 
 from __future__ import annotations
 
 import math
 import os
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import torch
 
 from runner.config import TrainerConfig
 from runner.data import Augment, augment_batch
+from runner.feeding import Feed
 from samplers import Sampler
 
 
@@ -140,7 +142,7 @@ def autocast(device: torch.device) -> AbstractContextManager:
 
 def train_epoch(
     state: TrainState,
-    train_x: torch.Tensor,
+    train_x: torch.Tensor | Feed,
     train_y: torch.Tensor,
     loss_fn: Callable,
     batch_size: int,
@@ -149,12 +151,15 @@ def train_epoch(
 ) -> EpochResult:
     """Epoch ``state.epoch`` in the sampler's order, from batch ``state.batch`` on (a restored
     mid-epoch state continues where it stopped); hands per-sample losses back to the sampler.
+    ``train_x`` is a tensor (gathered in memory) or a :class:`runner.feeding.Feed` (in memory or
+    through a DataLoader); ``train_y`` lies on the device the model trains on.
 
     ``on_batch`` runs after every batch, when the state is consistent: a checkpoint taken
     there resumes exactly. Raises :class:`Diverged` when the loss turns non-finite (checked
     every batch on the CPU, every ``_CHECK_EVERY`` batches on a GPU, to avoid a sync per batch).
     """
-    sampler, model, device = state.sampler, state.model, train_x.device
+    feed = train_x if isinstance(train_x, Feed) else Feed(train_x, train_x.device)
+    sampler, model, device = state.sampler, state.model, feed.device
     sampler.set_epoch(state.epoch)
     order = sampler.epoch_indices()
     per_batch = order.shape[1] if order.dim() == 2 else batch_size  # batch samplers fix their own
@@ -170,28 +175,28 @@ def train_epoch(
     check_every = 1 if device.type == "cpu" else _CHECK_EVERY
     model.train()
     batches = delivered.to(device, non_blocking=True).split(per_batch)
-    for number in range(state.batch, len(batches)):
-        idx = batches[number]
-        x = train_x.index_select(0, idx)
-        y = train_y.index_select(0, idx)
-        if augment is not None:
-            x = augment_batch(x, augment, state.generator)
-        with autocast(device):
-            logits = model(x)
-        weighted, ce = loss_fn(logits, y, state.epoch)
-        loss = weighted.mean()
-        state.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        state.optimizer.step()
-        state.scheduler.step()
-        start = number * per_batch
-        losses[start : start + idx.numel()] = ce.detach()
-        loss_sum += loss.detach() * idx.numel()
-        state.batch = number + 1
-        if state.batch % check_every == 0 or state.batch == len(batches):
-            _check_finite(state, losses[: start + idx.numel()], per_batch)
-        if on_batch is not None:
-            on_batch(loss.detach())
+    with closing(feed.batches(delivered, per_batch, state.batch)) as inputs:
+        for number, x in zip(range(state.batch, len(batches)), inputs, strict=True):
+            idx = batches[number]
+            y = train_y.index_select(0, idx)
+            if augment is not None:
+                x = augment_batch(x, augment, state.generator)
+            with autocast(device):
+                logits = model(x)
+            weighted, ce = loss_fn(logits, y, state.epoch)
+            loss = weighted.mean()
+            state.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            state.optimizer.step()
+            state.scheduler.step()
+            start = number * per_batch
+            losses[start : start + idx.numel()] = ce.detach()
+            loss_sum += loss.detach() * idx.numel()
+            state.batch = number + 1
+            if state.batch % check_every == 0 or state.batch == len(batches):
+                _check_finite(state, losses[: start + idx.numel()], per_batch)
+            if on_batch is not None:
+                on_batch(loss.detach())
     losses_cpu = losses.cpu()
     sampler.update(delivered, losses_cpu)
     mean_loss = float(loss_sum) / delivered.numel()
