@@ -140,6 +140,16 @@ def _check_labels(y: Any, name: str, where: str, length: int) -> np.ndarray:
     return array.astype(np.int64)
 
 
+def _check_present(labels: np.ndarray, name: str, where: str) -> None:
+    """Every class 0..max has samples (else sampling and per-class metrics have a hole)."""
+    absent = np.flatnonzero(np.bincount(labels) == 0)
+    if absent.size:
+        raise ValueError(
+            f"{where}: {name} has no samples of class(es) {absent[:10].tolist()}; labels must be "
+            f"0..C-1 with every class present (relabel: np.unique(y, return_inverse=True)[1])"
+        )
+
+
 def _class_names(names: Any, num_classes: int, where: str) -> list[str]:
     if names is None:
         return [f"class_{c}" for c in range(num_classes)]
@@ -308,6 +318,7 @@ def tensor_file(
     num_classes = int(y.max()) + 1 if y.size else 0
     if num_classes < 2:
         raise ValueError(f"{where}: y has {num_classes} class(es); at least 2 are needed")
+    _check_present(y, "y", where)
     train = Samples(x)
     if "x_test" in arrays:
         x_test = _features(arrays["x_test"], "x_test", where)
@@ -439,6 +450,7 @@ def torchvision_lt(
     train_y = _dataset_labels(train_set, where)
     if train_y.size == 0:
         raise ValueError(f"{where}: the dataset is empty")
+    _check_present(train_y, "its labels", where)
     read = ReadImage(image_size)
     train = Samples(train_set, read=read)
     _check_sample(train, where)
