@@ -233,6 +233,11 @@ def _load_tensor_file(path: Path, where: str) -> dict[str, Any]:
     tensors read memory-mapped where the format allows (torch.save's zip format)."""
     suffix = path.suffix.lower()
     if suffix == ".npz":
+        if not zipfile.is_zipfile(path):
+            raise ValueError(
+                f"{where}: cannot read it as .npz (not a zip archive); save it with "
+                f"numpy.savez(path, x=..., y=...)"
+            )
         try:
             with np.load(path, allow_pickle=False) as file:
                 return {k: file[k] for k in file.files}
@@ -404,7 +409,9 @@ def _instantiate(node: Any, where: str) -> Any:
     except InstantiationException as error:
         cause = error.__cause__ or error
         first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-        raise ValueError(f"{where} ({node._target_}): {first}") from None
+        raise ValueError(
+            f"{where} ({node._target_}): {first}; check the arguments under {where}"
+        ) from None
 
 
 def _dataset_labels(dataset: Any, where: str) -> np.ndarray:

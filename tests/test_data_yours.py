@@ -347,3 +347,27 @@ def test_bad_datasets_name_the_parameter_and_the_fix(tmp_path):
             {"_target_": "torchvision.datasets.ImageFolder", "root": str(tmp_path / "a")},
             test={"root": str(tmp_path / "b")},
         )
+
+
+def cli_cases(tmp: Path) -> list[tuple[list[str], str]]:
+    """Bad files for ``tests/test_reliability.py::bad_inputs`` (through the CLI: one or two lines,
+    exit 2, no run recorded): the overrides and a string the message must hold."""
+    folder = tmp / "tensor_files"
+    folder.mkdir(exist_ok=True)
+    corrupt = folder / "corrupt.npz"
+    corrupt.write_bytes(b"not a zip")
+    files = {
+        "corrupt": corrupt,
+        "no_y": _save(folder / "no_y.npz", x=X),
+        "float_y": _save(folder / "float_y.npz", x=X, y=Y.astype(np.float32)),
+        "short_y": _save(folder / "short_y.pt", x=torch.zeros(10, 3), y=torch.zeros(7).long()),
+    }
+    tensor = ["data=tensor_file"]
+    return [
+        (tensor, "data.path"),
+        ([*tensor, f"data.path={files['corrupt']}"], "cannot read it as .npz"),
+        ([*tensor, f"data.path={files['no_y']}"], "missing key(s) ['y']"),
+        ([*tensor, f"data.path={files['float_y']}"], "integer class indices"),
+        ([*tensor, f"data.path={files['short_y']}"], "7 labels for 10 samples"),
+        (["data=torchvision", f"data.dataset.root={tmp / 'nowhere'}"], "data.dataset"),
+    ]
