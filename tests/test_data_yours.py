@@ -371,3 +371,19 @@ def cli_cases(tmp: Path) -> list[tuple[list[str], str]]:
         ([*tensor, f"data.path={files['short_y']}"], "7 labels for 10 samples"),
         (["data=torchvision", f"data.dataset.root={tmp / 'nowhere'}"], "data.dataset"),
     ]
+
+
+def test_the_readme_commands_for_your_data_compose():
+    """Every command of README's "Your data" composes and names only parameters its target takes."""
+    import shlex
+
+    from runner.config import check_targets
+    from tests.conftest import ROOT
+
+    section = (ROOT / "README.md").read_text().split("## Your data", 1)[1].split("\n## ", 1)[0]
+    commands = [line for line in section.splitlines() if line.startswith("python -m runner ")]
+    assert len(commands) >= 6
+    for command in commands:
+        cfg = compose_config(shlex.split(command)[3:])
+        check_targets(cfg)
+        assert cfg.data._target_.startswith("runner.sources.")
