@@ -212,9 +212,10 @@ def _tensor(x: Any) -> Any:
 def to_model_input(x: torch.Tensor, normalize: Normalize | None) -> torch.Tensor:
     """One batch as the model takes it: uint8 images standardised per channel, in float32
     (the same operations, in the same order, whichever path the batch came by)."""
-    if normalize is not None:
+    if normalize is not None:  # sequences, or float32 tensors already on x's device
         mean, std = (
-            torch.tensor(v, dtype=torch.float32, device=x.device)[:, None, None] for v in normalize
+            torch.as_tensor(v, dtype=torch.float32, device=x.device)[:, None, None]
+            for v in normalize
         )
         return (x.float() / 255.0 - mean) / std
     return x if x.dtype == torch.float32 else x.float()

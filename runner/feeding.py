@@ -151,7 +151,12 @@ class Feed:
         normalize: Normalize | None = None,
         num_workers: int | None = None,
     ) -> None:
-        self.device, self.normalize = device, normalize
+        self.device = device
+        self.normalize = (  # on the device once, not copied there every batch
+            tuple(torch.tensor(v, dtype=torch.float32, device=device) for v in normalize)
+            if normalize is not None
+            else None
+        )
         self.memory = x.to(device) if torch.is_tensor(x) else None
         self.samples = None if torch.is_tensor(x) else x
         self.num_workers = default_workers(x) if num_workers is None else num_workers
@@ -203,12 +208,14 @@ class Feed:
             from runner.evaluation import predict
 
             return predict(model, self.memory, batch_size)
-        n = len(self)
-        order = torch.arange(n)
+        if self.memory is not None:  # slices, in the same chunks as the DataLoader's
+            chunks = (to_model_input(c, self.normalize) for c in self.memory.split(batch_size))
+        else:
+            chunks = self.batches(torch.arange(len(self)), batch_size)
         was_training = model.training
         model.eval()
         try:
-            preds = [model(x).argmax(1) for x in self.batches(order, batch_size)]
+            preds = [model(x).argmax(1) for x in chunks]
         finally:
             model.train(was_training)
         return torch.cat(preds).cpu().numpy() if preds else np.empty(0, np.int64)

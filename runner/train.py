@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from contextlib import AbstractContextManager, closing, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,28 +175,28 @@ def train_epoch(
     check_every = 1 if device.type == "cpu" else _CHECK_EVERY
     model.train()
     batches = delivered.to(device, non_blocking=True).split(per_batch)
-    with closing(feed.batches(delivered, per_batch, state.batch)) as inputs:
-        for number, x in zip(range(state.batch, len(batches)), inputs, strict=True):
-            idx = batches[number]
-            y = train_y.index_select(0, idx)
-            if augment is not None:
-                x = augment_batch(x, augment, state.generator)
-            with autocast(device):
-                logits = model(x)
-            weighted, ce = loss_fn(logits, y, state.epoch)
-            loss = weighted.mean()
-            state.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            state.optimizer.step()
-            state.scheduler.step()
-            start = number * per_batch
-            losses[start : start + idx.numel()] = ce.detach()
-            loss_sum += loss.detach() * idx.numel()
-            state.batch = number + 1
-            if state.batch % check_every == 0 or state.batch == len(batches):
-                _check_finite(state, losses[: start + idx.numel()], per_batch)
-            if on_batch is not None:
-                on_batch(loss.detach())
+    inputs = feed.batches(delivered, per_batch, state.batch)  # x on the device, converted
+    for number, x in zip(range(state.batch, len(batches)), inputs, strict=True):
+        idx = batches[number]
+        y = train_y.index_select(0, idx)
+        if augment is not None:
+            x = augment_batch(x, augment, state.generator)
+        with autocast(device):
+            logits = model(x)
+        weighted, ce = loss_fn(logits, y, state.epoch)
+        loss = weighted.mean()
+        state.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        state.optimizer.step()
+        state.scheduler.step()
+        start = number * per_batch
+        losses[start : start + idx.numel()] = ce.detach()
+        loss_sum += loss.detach() * idx.numel()
+        state.batch = number + 1
+        if state.batch % check_every == 0 or state.batch == len(batches):
+            _check_finite(state, losses[: start + idx.numel()], per_batch)
+        if on_batch is not None:
+            on_batch(loss.detach())
     losses_cpu = losses.cpu()
     sampler.update(delivered, losses_cpu)
     mean_loss = float(loss_sum) / delivered.numel()
