@@ -1,14 +1,17 @@
 """Speed of the runner's DataLoader path against a plain ``DataLoader(shuffle=True)`` on the same
-data, in images per second (reading, decoding, collating and, on our path, the per-batch
-standardisation; no model), and the in-memory path's memory per image.
+data, in images per second, and the in-memory path's memory per image.
 
-Two data sets of 32x32 RGB images (10 classes): PNG files in an ImageFolder tree, decoded on the
-fly by the workers (``data=torchvision`` over the budget), and a uint8 tensor (``data=tensor_file``
-over the budget). Our path draws with the class-balanced ``weighted`` sampler and reads through
-``runner.feeding.Feed``; the baseline is ``DataLoader(dataset, batch_size, shuffle=True,
-num_workers)`` with torchvision's ``PILToTensor``. Each figure is the best of ``--repeats`` epochs.
+Both sides deliver model-ready batches: read (and decoded), collated, and standardised per
+channel in float32 in the main process with the same function (no model). Our path draws with
+the class-balanced ``weighted`` sampler and reads through ``runner.feeding.Feed`` (the sampler's
+epoch as the DataLoader's batch sampler, whole-batch reads); the baseline is
+``DataLoader(dataset, batch_size, shuffle=True, num_workers)``. Data: 32x32 RGB images, 10
+classes, as PNG files in an ImageFolder tree decoded on the fly by the workers (``data=torchvision``
+over the memory budget; the baseline uses torchvision's ``PILToTensor``), and as a uint8 tensor
+(``data=tensor_file`` over the budget; the baseline a ``TensorDataset``). Each figure is the best
+of ``--repeats`` epochs, worker start-up included.
 
-    python -m experiments.bench_data [--images 4000] [--workers 2] [--batch-size 128]
+    python -m experiments.bench_data [--images 4000] [--tensor-images 50000] [--workers 2]
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from runner.data import to_model_input
 from runner.feeding import Feed, place
 from runner.sources import Samples, torchvision_lt
 from samplers import WeightedSampler
@@ -65,13 +69,15 @@ def ours(samples: Samples, labels: torch.Tensor, normalize, workers: int, batch:
     return epoch
 
 
-def first(batches: Iterable) -> Iterable[torch.Tensor]:
-    return (b[0] for b in batches)
+def converted(batches: Iterable, normalize) -> Iterable[torch.Tensor]:
+    """The baseline's batches made model-ready with the runner's own conversion."""
+    return (to_model_input(b[0], normalize) for b in batches)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=4000)
+    parser.add_argument("--images", type=int, default=4000, help="PNG files to write and decode")
+    parser.add_argument("--tensor-images", type=int, default=50_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
@@ -103,43 +109,27 @@ def main() -> None:
             (
                 f"PNG folder, decoded on the fly ({n} images, {args.workers} workers)",
                 best_rate(mine, args.repeats),
-                best_rate(lambda: first(plain), args.repeats),
+                best_rate(lambda: converted(plain, data.normalize), args.repeats),
             )
         )
-        memory = place(
-            torchvision_lt(  # the same images, decoded once into memory
-                {"_target_": "torchvision.datasets.ImageFolder", "root": str(root)},
-                test_fraction=0.01,
-                in_memory=True,
-            ),
-            torch.device("cpu"),
-        )
-    x, y = memory.train_x, memory.train_y
-    plain_tensor = DataLoader(
-        TensorDataset(x), batch_size=args.batch_size, shuffle=True, num_workers=args.workers
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randint(
+        0, 256, (args.tensor_images, 3, 32, 32), dtype=torch.uint8, generator=generator
     )
-    rows.append(
-        (
-            f"uint8 tensor ({n} images, {args.workers} workers)",
-            best_rate(
-                ours(Samples(x), y, memory.normalize, args.workers, args.batch_size), args.repeats
-            ),
-            best_rate(lambda: first(plain_tensor), args.repeats),
+    y = torch.arange(args.tensor_images) % 10
+    normalize = ([0.5] * 3, [0.25] * 3)
+    for workers in (args.workers, 0):
+        plain_tensor = DataLoader(
+            TensorDataset(x), batch_size=args.batch_size, shuffle=True, num_workers=workers
         )
-    )
-    rows.append(
-        (
-            f"uint8 tensor ({n} images, no workers)",
-            best_rate(ours(Samples(x), y, memory.normalize, 0, args.batch_size), args.repeats),
-            best_rate(
-                lambda: first(
-                    DataLoader(TensorDataset(x), batch_size=args.batch_size, shuffle=True)
-                ),
-                args.repeats,
-            ),
+        rows.append(
+            (
+                f"uint8 tensor ({len(x)} images, {workers} workers)",
+                best_rate(ours(Samples(x), y, normalize, workers, args.batch_size), args.repeats),
+                best_rate(lambda: converted(plain_tensor, normalize), args.repeats),  # noqa: B023
+            )
         )
-    )
-    memory_rate = best_rate(ours(x, y, memory.normalize, 0, args.batch_size), args.repeats)
+    memory_rate = best_rate(ours(x, y, normalize, 0, args.batch_size), args.repeats)
 
     print(f"images/s, batch size {args.batch_size} (higher is better; ratio = ours / plain)\n")
     print("| data | runner DataLoader path | plain DataLoader(shuffle=True) | ratio |")

@@ -217,7 +217,7 @@ def to_model_input(x: torch.Tensor, normalize: Normalize | None) -> torch.Tensor
             torch.as_tensor(v, dtype=torch.float32, device=x.device)[:, None, None]
             for v in normalize
         )
-        return (x.float() / 255.0 - mean) / std
+        return x.float().div_(255.0).sub_(mean).div_(std)  # (x / 255 - mean) / std, in place
     return x if x.dtype == torch.float32 else x.float()
 
 

@@ -57,7 +57,7 @@ class Samples(Dataset):
     def __getitems__(self, positions: Sequence[int]) -> torch.Tensor:
         rows = self.indices[np.asarray(positions, dtype=np.int64)]
         if self.read is None:  # a tensor: one gather
-            return self.base[torch.from_numpy(rows)]
+            return self.base.index_select(0, torch.from_numpy(rows))
         items = [self.read(self.base, int(r)) for r in rows]
         first = self.sample
         for row, item in zip(rows, items, strict=True):
