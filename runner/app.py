@@ -30,7 +30,8 @@ from tqdm import tqdm
 from runner.config import RunConfig, check_targets
 from runner.data import LongTailData
 from runner.errors import UserError
-from runner.evaluation import Evaluation, evaluate, predict
+from runner.evaluation import Evaluation, evaluate
+from runner.feeding import Feed, place
 from runner.losses import ClassWeightedLoss
 from runner.signals import Interrupted, raise_if_stopped, stop_on_signals
 from runner.tracking import (
@@ -187,7 +188,7 @@ def build_parts(cfg: DictConfig) -> Parts:
     if trainer.threads:
         torch.set_num_threads(trainer.threads)
     torch.manual_seed(cfg.seed)
-    data: LongTailData = build("data", cfg.data)
+    data: LongTailData = place(build("data", cfg.data), device)  # in memory or a DataLoader
     sampler: Sampler = build("sampler", cfg.sampler, labels=data.train_y)
     model = build("model", cfg.model, in_shape=data.in_shape, num_classes=data.num_classes)
     loss_fn = build(
@@ -369,9 +370,10 @@ def train_and_track(
     checkpoint. Signals are held until a batch ends, then stop the loop."""
     trainer, data, state = cfg.trainer, parts.data, parts.state
     names = data.class_names
-    train_x, train_y = data.train_x.to(parts.device), data.train_y.to(parts.device)
-    test_x, test_y = data.test_x.to(parts.device), data.test_y.numpy()
-    val_x = data.val_x.to(parts.device) if data.val_x is not None else None
+    feed = (parts.device, data.normalize, data.feeding.num_workers)
+    train_x, train_y = Feed(data.train_x, *feed), data.train_y.to(parts.device)
+    test_x, test_y = Feed(data.test_x, *feed), data.test_y.numpy()
+    val_x = Feed(data.val_x, *feed) if data.val_x is not None else None
     augment = data.augment if trainer.augment else None
     show = trainer.progress and sys.stderr.isatty()
     steps = batches_per_epoch(parts.sampler, trainer.batch_size)
@@ -442,9 +444,9 @@ def train_and_track(
             raise_if_stopped()
 
 
-def _evaluate(cfg: DictConfig, parts: Parts, x: torch.Tensor, y: np.ndarray) -> Evaluation:
+def _evaluate(cfg: DictConfig, parts: Parts, x: Feed, y: np.ndarray) -> Evaluation:
     with autocast(parts.device):
-        predictions = predict(parts.state.model, x, cfg.trainer.eval_batch_size)
+        predictions = x.predict(parts.state.model, cfg.trainer.eval_batch_size)
     counts = parts.data.train_counts.numpy()
     return evaluate(
         y, predictions, counts, parts.data.class_names, cfg.eval.many_shot, cfg.eval.few_shot

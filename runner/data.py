@@ -1,16 +1,20 @@
-"""Long-tailed data sources. Each yields in-memory tensors, class names and training counts.
+"""Long-tailed data sources. Each yields its samples (tensors in memory, or
+:class:`runner.sources.Samples` read on demand), class names and training counts.
 
 The training set follows the standard long-tail rule n_i = int(n_max * (1/IF)^(i/(C-1))) (class 0
 is the head); within each class a shuffle with a fixed data seed keeps the first n_i, so every
 strategy and seed trains on the same subset. The test set stays balanced and untouched.
+Images are kept as uint8 and converted (standardised per channel) one batch at a time
+(:func:`to_model_input`); how they reach the model is :mod:`runner.feeding`'s choice.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,17 +35,47 @@ class Augment:
 
 
 @dataclass
+class Feeding:
+    """How the samples reach the model (see :mod:`runner.feeding`): ``in_memory`` None chooses
+    by the memory budget (``memory_budget_gb`` None: a quarter of the available memory);
+    ``num_workers`` None: 0 for tensors, up to 4 for datasets that decode."""
+
+    in_memory: bool | None = None
+    memory_budget_gb: float | None = None
+    num_workers: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.memory_budget_gb is not None and not self.memory_budget_gb > 0:
+            raise ValueError(
+                f"data.memory_budget_gb must be > 0 (or null: a quarter of the available "
+                f"memory), got {self.memory_budget_gb}"
+            )
+        if self.num_workers is not None and self.num_workers < 0:
+            raise ValueError(
+                f"data.num_workers must be >= 0 (or null: automatic), got {self.num_workers}"
+            )
+
+
+Normalize = tuple[Sequence[float], Sequence[float]]
+
+
+@dataclass
 class LongTailData:
-    train_x: torch.Tensor
+    """``*_x`` are tensors (in memory) or :class:`runner.sources.Samples` (read on demand);
+    with ``normalize`` (per-channel mean, std) they hold uint8 images in [0, 255]."""
+
+    train_x: Any
     train_y: torch.Tensor
-    test_x: torch.Tensor
+    test_x: Any
     test_y: torch.Tensor
     class_names: list[str]
     name: str
     imbalance_factor: float
     augment: Augment | None = None
-    val_x: torch.Tensor | None = None  # balanced, carved from the training pool before the cut
+    val_x: Any = None  # balanced, carved from the training pool before the cut
     val_y: torch.Tensor | None = None
+    normalize: Normalize | None = None
+    feeding: Feeding = field(default_factory=Feeding)
 
     @property
     def num_classes(self) -> int:
@@ -105,7 +139,12 @@ def _make_long_tailed(
     n_max: int | None,
     augment: Augment | None,
     val_per_class: int = 0,
+    normalize: Normalize | None = None,
+    feeding: Feeding | None = None,
 ) -> LongTailData:
+    """The validation split, the long-tail cut (``imbalance_factor`` None: the data's own
+    counts, capped at ``n_max`` if given) and the checks. ``*_x`` are numpy arrays, tensors or
+    :class:`runner.sources.Samples`; indexing the last composes indices and copies nothing."""
     val = np.empty(0, np.int64)
     if val_per_class:
         val = _validation_split(train_y, len(class_names), val_per_class, data_seed)
@@ -113,10 +152,23 @@ def _make_long_tailed(
         val_x, val_y = train_x[val], train_y[val]
         train_x, train_y = train_x[rest], train_y[rest]
     pool = np.bincount(train_y, minlength=len(class_names))
-    n_max = int(pool.min()) if n_max is None else n_max
-    if n_max < 1:
-        raise ValueError(f"data.n_max must be >= 1, got {n_max}")
-    counts = long_tail_counts(n_max, len(class_names), imbalance_factor, profile)
+    if (pool == 0).any():
+        empty = class_names[int(np.argmin(pool))]
+        raise ValueError(
+            f"class {empty!r} has no training samples; every class needs some (labels must "
+            f"be 0..{len(class_names) - 1}, each present)"
+        )
+    if imbalance_factor is None:  # the data's own imbalance
+        if n_max is not None and n_max < 1:
+            raise ValueError(f"data.n_max must be >= 1, got {n_max}")
+        counts = [int(min(n, n_max)) if n_max is not None else int(n) for n in pool]
+        imbalance_factor = max(counts) / max(1, min(counts))
+        n_max = max(counts)
+    else:
+        n_max = int(pool.min()) if n_max is None else n_max
+        if n_max < 1:
+            raise ValueError(f"data.n_max must be >= 1, got {n_max}")
+        counts = long_tail_counts(n_max, len(class_names), imbalance_factor, profile)
     if min(counts) == 0:
         empty = class_names[counts.index(0)]
         enough = next(
@@ -137,17 +189,36 @@ def _make_long_tailed(
         )
     keep = long_tail_subset(train_y, counts, data_seed)
     return LongTailData(
-        train_x=torch.as_tensor(train_x[keep]),
+        train_x=_tensor(train_x[keep]),
         train_y=torch.as_tensor(train_y[keep]).long(),
-        test_x=torch.as_tensor(test_x),
+        test_x=_tensor(test_x),
         test_y=torch.as_tensor(test_y).long(),
         class_names=class_names,
         name=name,
         imbalance_factor=float(imbalance_factor),
         augment=augment,
-        val_x=torch.as_tensor(val_x) if val.size else None,
+        val_x=_tensor(val_x) if val.size else None,
         val_y=torch.as_tensor(val_y).long() if val.size else None,
+        normalize=normalize,
+        feeding=feeding or Feeding(),
     )
+
+
+def _tensor(x: Any) -> Any:
+    """numpy arrays become tensors; tensors and Samples stay as they are."""
+    return torch.as_tensor(x) if isinstance(x, np.ndarray) else x
+
+
+def to_model_input(x: torch.Tensor, normalize: Normalize | None) -> torch.Tensor:
+    """One batch as the model takes it: uint8 images standardised per channel, in float32
+    (the same operations, in the same order, whichever path the batch came by)."""
+    if normalize is not None:  # sequences, or float32 tensors already on x's device
+        mean, std = (
+            torch.as_tensor(v, dtype=torch.float32, device=x.device)[:, None, None]
+            for v in normalize
+        )
+        return x.float().div_(255.0).sub_(mean).div_(std)  # (x / 255 - mean) / std, in place
+    return x if x.dtype == torch.float32 else x.float()
 
 
 def _validation_split(
@@ -181,6 +252,9 @@ def synthetic_lt(
     profile: str = "exp",
     data_seed: int = 0,
     val_per_class: int = 0,
+    in_memory: bool | None = None,
+    memory_budget_gb: float | None = None,
+    num_workers: int | None = None,
 ) -> LongTailData:
     """Gaussian class clusters: means drawn at ``separation`` scale, isotropic ``noise``."""
     if num_classes < 2 or dim < 1 or n_max < 1 or test_per_class < 1:
@@ -210,6 +284,8 @@ def synthetic_lt(
         n_max,
         None,
         val_per_class,
+        None,
+        Feeding(in_memory, memory_budget_gb, num_workers),
     )
 
 
@@ -221,6 +297,9 @@ def digits_lt(
     data_seed: int = 0,
     crop_padding: int = 1,
     val_per_class: int = 0,
+    in_memory: bool | None = None,
+    memory_budget_gb: float | None = None,
+    num_workers: int | None = None,
 ) -> LongTailData:
     """scikit-learn's bundled 8x8 digits: a balanced held-out test split, a long-tailed rest."""
     from sklearn.datasets import load_digits
@@ -248,15 +327,9 @@ def digits_lt(
         n_max,
         Augment(crop_padding, flip=False),
         val_per_class,
+        None,
+        Feeding(in_memory, memory_budget_gb, num_workers),
     )
-
-
-def _normalise(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
-    """uint8 NCHW -> float32 NCHW, standardised per channel."""
-    x = images.astype(np.float32) / 255.0
-    return (x - np.asarray(mean, np.float32)[:, None, None]) / np.asarray(std, np.float32)[
-        :, None, None
-    ]
 
 
 def cifar_lt(
@@ -269,6 +342,9 @@ def cifar_lt(
     data_seed: int = 0,
     n_max: int | None = None,
     val_per_class: int = 0,
+    in_memory: bool | None = None,
+    memory_budget_gb: float | None = None,
+    num_workers: int | None = None,
 ) -> LongTailData:
     """CIFAR-10-LT or CIFAR-100-LT (``variant``) through torchvision; downloads only with
     ``download=True``. ``n_max`` defaults to the full class size (5,000 or 500)."""
@@ -301,12 +377,11 @@ def cifar_lt(
         )
     train = cls(root=str(Path(root).expanduser()), train=True, download=download)
     test = cls(root=str(Path(root).expanduser()), train=False, download=False)
-    mean, std = CIFAR_STATS[variant]
-    return _make_long_tailed(
+    return _make_long_tailed(  # uint8 NCHW, standardised one batch at a time
         f"{variant}_lt",
-        _normalise(train.data.transpose(0, 3, 1, 2), mean, std),
+        np.ascontiguousarray(train.data.transpose(0, 3, 1, 2)),
         np.asarray(train.targets),
-        _normalise(test.data.transpose(0, 3, 1, 2), mean, std),
+        np.ascontiguousarray(test.data.transpose(0, 3, 1, 2)),
         np.asarray(test.targets),
         list(train.classes),
         imbalance_factor,
@@ -315,6 +390,8 @@ def cifar_lt(
         n_max,
         Augment(crop_padding=4, flip=True),
         val_per_class,
+        CIFAR_STATS[variant],
+        Feeding(in_memory, memory_budget_gb, num_workers),
     )
 
 
@@ -396,6 +473,9 @@ def image_folder_lt(
     crop_padding: int = 4,
     flip: bool = True,
     val_per_class: int = 0,
+    in_memory: bool | None = None,
+    memory_budget_gb: float | None = None,
+    num_workers: int | None = None,
 ) -> LongTailData:
     """Any ``root/{train,test}/<class>/*`` tree (torchvision ImageFolder layout; classes in sorted
     folder order, so the first folder is the head class). Images must share one size."""
@@ -409,11 +489,11 @@ def image_folder_lt(
     train_x, test_x = decoded["train_x"], decoded["test_x"]
     mean = (train_x.double() / 255).mean(dim=(0, 2, 3)).tolist()
     std = (train_x.double() / 255).std(dim=(0, 2, 3)).tolist()
-    return _make_long_tailed(
+    return _make_long_tailed(  # uint8, standardised one batch at a time
         "image_folder_lt",
-        _normalise(train_x.numpy(), mean, std),
+        train_x.numpy(),
         decoded["train_y"].numpy(),
-        _normalise(test_x.numpy(), mean, std),
+        test_x.numpy(),
         decoded["test_y"].numpy(),
         list(decoded["classes"]),
         imbalance_factor,
@@ -422,6 +502,8 @@ def image_folder_lt(
         n_max,
         Augment(crop_padding, flip),
         val_per_class,
+        (mean, std),
+        Feeding(in_memory, memory_budget_gb, num_workers),
     )
 
 

@@ -1,5 +1,6 @@
-"""The training loop: data stays in memory (on the device when there is one) and whole batches
-are gathered by index in the sampler's order; per-sample losses go back to the sampler."""
+"""The training loop: batches in the sampler's order, gathered by index from memory (on the
+device when there is one) or read through a DataLoader (:mod:`runner.feeding`); per-sample
+losses go back to the sampler."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 
 from runner.config import TrainerConfig
 from runner.data import Augment, augment_batch
+from runner.feeding import Feed
 from samplers import Sampler
 
 
@@ -143,7 +145,7 @@ _CHECK_EVERY = 20  # batches between finiteness checks on a GPU (each one synchr
 
 def train_epoch(
     state: TrainState,
-    train_x: torch.Tensor,
+    train_x: torch.Tensor | Feed,
     train_y: torch.Tensor,
     loss_fn: Callable,
     batch_size: int,
@@ -152,12 +154,15 @@ def train_epoch(
 ) -> EpochResult:
     """Epoch ``state.epoch`` in the sampler's order, from batch ``state.batch`` on (a restored
     mid-epoch state continues where it stopped); hands per-sample losses back to the sampler.
+    ``train_x`` is a tensor (gathered in memory) or a :class:`runner.feeding.Feed` (in memory or
+    through a DataLoader); ``train_y`` lies on the device the model trains on.
 
     ``on_batch`` runs after every batch, when the state is consistent: a checkpoint taken
     there resumes exactly. Raises :class:`Diverged` when the loss turns non-finite (checked
     every batch on the CPU, every ``_CHECK_EVERY`` batches on a GPU, to avoid a sync per batch).
     """
-    sampler, model, device = state.sampler, state.model, train_x.device
+    feed = train_x if isinstance(train_x, Feed) else Feed(train_x, train_x.device)
+    sampler, model, device = state.sampler, state.model, feed.device
     sampler.set_epoch(state.epoch)
     order = sampler.epoch_indices()
     per_batch = order.shape[1] if order.dim() == 2 else batch_size  # batch samplers fix their own
@@ -173,9 +178,9 @@ def train_epoch(
     check_every = 1 if device.type == "cpu" else _CHECK_EVERY
     model.train()
     batches = delivered.to(device, non_blocking=True).split(per_batch)
-    for number in range(state.batch, len(batches)):
+    inputs = feed.batches(delivered, per_batch, state.batch)  # x on the device, converted
+    for number, x in zip(range(state.batch, len(batches)), inputs, strict=True):
         idx = batches[number]
-        x = train_x.index_select(0, idx)
         y = train_y.index_select(0, idx)
         if augment is not None:
             x = augment_batch(x, augment, state.generator)

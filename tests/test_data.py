@@ -92,8 +92,11 @@ def test_cifar_on_files_in_the_real_format(tmp_path, variant):
     assert ds.train_counts.tolist() == data.long_tail_counts(20, classes, 10)
     assert torch.bincount(ds.test_y, minlength=classes).tolist() == [3] * classes
     assert ds.in_shape == (3, 32, 32) and ds.class_names[:2] == ["c0", "c1"]
+    assert ds.train_x.dtype == torch.uint8  # 4x less memory; standardised one batch at a time
+    assert torch.equal(ds.train_x[:, 0, 0, 0].long(), ds.train_y * 2)
+    assert ds.normalize == data.CIFAR_STATS[variant]
     mean, std = data.CIFAR_STATS[variant]
-    raw = ds.train_x[:, 0, 0, 0] * std[0] + mean[0]
+    raw = data.to_model_input(ds.train_x, ds.normalize)[:, 0, 0, 0] * std[0] + mean[0]
     assert torch.allclose(raw * 255, ds.train_y.float() * 2, atol=1e-3)
     with pytest.raises(RuntimeError, match="not found or corrupted"):
         data.cifar_lt(
