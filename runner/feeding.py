@@ -219,8 +219,3 @@ class Feed:
         finally:
             model.train(was_training)
         return torch.cat(preds).cpu().numpy() if preds else np.empty(0, np.int64)
-
-
-def per_image_bytes(data: LongTailData) -> float:
-    """Memory per training sample on the in-memory path."""
-    return nbytes(data.train_x) / max(1, len(data.train_x))
