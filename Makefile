@@ -42,8 +42,9 @@ lint: install  ## ruff lint and format check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-bench: install  ## sampler speed and memory against torch and pytorch-metric-learning
+bench: install  ## sampler speed vs torch and pytorch-metric-learning; the DataLoader path vs shuffle=True
 	$(PY) -m experiments.bench
+	$(PY) -m experiments.bench_data
 
 report: install  ## the newest sweep's report, onto its parent run (PARENT=id, EXPERIMENT=samplerlab)
 	$(PY) -m experiments.report $(if $(PARENT),--parent $(PARENT),--experiment $(or $(EXPERIMENT),samplerlab))
