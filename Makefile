@@ -35,8 +35,8 @@ install-server:  ## PostgreSQL for `make server` and its test (Debian's package;
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql)
 
-test: install install-browser install-server  ## the test suite
-	$(PY) -m pytest -q
+test: install install-browser install-server  ## the test suite (two processes; a module stays in one)
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: install  ## ruff lint and format check
 	$(VENV)/bin/ruff check .

@@ -16,14 +16,13 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from runner.server import QUIET_SERVER, free_port, wait_until_healthy
 
 CHROMIUM = os.environ.get("SAMPLERLAB_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -43,12 +42,6 @@ def chromium_available() -> bool:
     return Path(CHROMIUM).is_file()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @contextlib.contextmanager
 def mlflow_ui(uri: str, log: Path) -> Iterator[str]:
     """``mlflow ui`` for ``uri`` on a free local port; yields its base URL, stops it after."""
@@ -61,20 +54,11 @@ def mlflow_ui(uri: str, log: Path) -> Iterator[str]:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, **QUIET_SERVER},
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow ui did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
+        wait_until_healthy(base, server, timeout=90)
         yield base
     finally:  # mlflow ui runs uvicorn as a child: stop the whole process group
         with contextlib.suppress(ProcessLookupError):

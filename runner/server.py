@@ -23,6 +23,8 @@ import urllib.request
 from pathlib import Path
 
 DATABASE = "mlflow"
+# MLflow 3 starts job-queue consumers (for its GenAI features) beside the server: not needed here.
+QUIET_SERVER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def free_port() -> int:
@@ -114,6 +116,7 @@ class Postgres:
 
 
 def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float = 120) -> None:
+    """Until ``url``/health answers; an error if ``process`` exits or the time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -135,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         "--db-port", type=int, default=None, help="PostgreSQL port (default: a free one)"
     )
     parser.add_argument("--folder", default="server", help="database and artifacts live here")
+    parser.add_argument("--workers", type=int, default=2, help="mlflow server worker processes")
     args = parser.parse_args(argv)
     folder = Path(args.folder).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
@@ -156,9 +160,10 @@ def main(argv: list[str] | None = None) -> None:
             "--port",
             str(args.port),
             "--workers",
-            "2",
+            str(args.workers),
         ],
         start_new_session=True,  # its workers are stopped with it, as a group
+        env={**os.environ, **QUIET_SERVER},
     )
 
     def on_signal(signum: int, frame: object) -> None:

@@ -350,7 +350,7 @@ def test_bad_datasets_name_the_parameter_and_the_fix(tmp_path):
 
 
 def cli_cases(tmp: Path) -> list[tuple[list[str], str]]:
-    """Bad files for ``tests/test_reliability.py::bad_inputs`` (through the CLI: one or two lines,
+    """Bad files for ``tests/test_errors.py::bad_inputs`` (through the CLI: one or two lines,
     exit 2, no run recorded): the overrides and a string the message must hold."""
     folder = tmp / "tensor_files"
     folder.mkdir(exist_ok=True)

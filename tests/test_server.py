@@ -34,12 +34,15 @@ def server_folder():
     shutil.rmtree(folder, ignore_errors=True)
 
 
+SERVER = [sys.executable, "-m", "runner.server"]
+
+
 def test_a_joblib_sweep_into_a_postgres_backed_server(tmp_path, server_folder):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     folder = server_folder
     server = subprocess.Popen(
-        [sys.executable, "-m", "runner.server", "--port", str(port), "--folder", str(folder)],
+        [*SERVER, "--port", str(port), "--folder", str(folder), "--workers", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

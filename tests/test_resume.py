@@ -1,5 +1,5 @@
-"""Runs survive and bad inputs answer in one or two lines: real CLI subprocesses, real signals,
-a real sqlite store (issue: runs survive)."""
+"""Runs survive: real CLI subprocesses stopped by real signals, resumed into the same MLflow
+run; sweeps stopped and finished; stores shared from the start; every file source end to end."""
 
 from __future__ import annotations
 
@@ -9,174 +9,16 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
-from PIL import Image
+
+from tests.test_errors import _write_images
 
 RUN = [sys.executable, "-m", "runner"]
 
 
-def _write_images(root: Path, layout: dict[str, dict[str, int]], size: int = 8) -> Path:
-    """``{split: {class: images}}`` as PNG files."""
-    for split, classes in layout.items():
-        for c, (name, count) in enumerate(classes.items()):
-            folder = root / split / name
-            folder.mkdir(parents=True, exist_ok=True)
-            for i in range(count):
-                Image.fromarray(np.full((size, size, 3), (17 * c + i) % 256, np.uint8)).save(
-                    folder / f"{i:03d}.png"
-                )
-    return root
-
-
-@pytest.fixture(scope="module")
-def bad_inputs(tmp_path_factory, migrated_store):
-    """Every case run through the CLI once (two at a time), against one store."""
-    tmp = tmp_path_factory.mktemp("bad")
-    db = tmp / "mlflow.db"
-    shutil.copy(migrated_store, db)
-    uri = f"sqlite:///{db}"
-    client = MlflowClient(uri)
-    client.delete_experiment(client.create_experiment("gone"))
-    good = {"train": {"a": 6, "b": 6}, "test": {"a": 2, "b": 2}}
-    disjoint = _write_images(
-        tmp / "disjoint", {"train": {"a": 6, "c": 6}, "test": {"b": 2, "c": 2}}
-    )
-    corrupt = _write_images(tmp / "corrupt", good)
-    (corrupt / "train" / "a" / "000.png").write_bytes(b"not a png")
-    mixed = _write_images(tmp / "mixed", good)
-    Image.fromarray(np.zeros((9, 9, 3), np.uint8)).save(mixed / "test" / "b" / "001.png")
-    image = ["data=image_folder_lt", "model=small_cnn", f"data.cache_dir={tmp / 'cache'}"]
-    cases = [
-        # composition: Hydra's own checks
-        (["trainer.epoch=3"], "trainer.epoch"),
-        (["trainer.epochs=three"], "trainer.epochs"),
-        (["trainer.batch_size=1.5"], "trainer.batch_size"),
-        (["sampler=annealing"], "sampler/annealing"),
-        (["tracking.plot=false"], "tracking.plot"),
-        # targets' parameters
-        (["+sampler.sedd=1"], "sampler.sedd"),
-        (["+sampler.labels=[0]"], "sampler.labels"),
-        (["+data.colour=red"], "data.colour"),
-        (["+loss.alpha=1"], "loss.alpha"),
-        # trainer values
-        (["trainer.schedule=exp"], "trainer.schedule"),
-        (["trainer.epochs=0"], "trainer.epochs"),
-        (["trainer.warmup_epochs=50"], "trainer.warmup_epochs"),
-        (["trainer.device=tpu"], "trainer.device"),
-        (["trainer.lr=0"], "trainer.lr"),
-        (["trainer.lr=nan"], "trainer.lr"),
-        (["trainer.lr=inf"], "trainer.lr"),
-        (["trainer.momentum=1.5"], "trainer.momentum"),
-        (["trainer.weight_decay=-1"], "trainer.weight_decay"),
-        (["trainer.checkpoint_every=-1"], "trainer.checkpoint_every"),
-        (["trainer.gamma=0"], "trainer.gamma"),
-        (["eval.few_shot=500"], "eval.few_shot"),
-        # divergence: a FAILED run, never FINISHED
-        (["trainer.lr=1e6", "trainer.warmup_epochs=0"], "trainer.lr"),
-        # sampler values
-        (["sampler=annealed", "sampler.schedule=bogus"], "schedule"),
-        (["sampler=annealed", "sampler.total_epochs=0"], "total_epochs"),
-        (
-            ["sampler=weighted", "sampler.replacement=false", "sampler.num_samples=999999"],
-            "num_samples",
-        ),
-        (["sampler=fixed_class", "trainer.batch_size=100"], "batch_size"),
-        (["sampler=hard_mined", "sampler.floor=0"], "floor"),
-        # data
-        (["data.imbalance_factor=0.5"], "data.imbalance_factor"),
-        (["data.n_max=50", "data.imbalance_factor=100"], "data.n_max"),
-        (["data.num_classes=1"], "num_classes"),
-        (["data=cifar10_lt", "data.root=/nonexistent"], "data.root"),
-        (["data=cifar100_lt", "data.variant=cifar20"], "data.variant"),
-        (["data=image_folder_lt"], "data.root"),
-        ([*image, "data.root=/nonexistent"], "data.root"),
-        ([*image, f"data.root={disjoint}"], "['b']"),
-        ([*image, f"data.root={corrupt}", "data.imbalance_factor=2"], "000.png"),
-        ([*image, f"data.root={mixed}", "data.imbalance_factor=2"], "001.png"),
-        # the user's own files (written by tests/test_data_yours.py)
-        *pytest.importorskip("tests.test_data_yours").cli_cases(tmp),
-        # losses and models
-        (["loss.weights=sampler"], "loss.weights"),
-        (["loss=focal", "loss.gamma=-1"], "loss.gamma"),
-        (["loss=cb_ce", "loss.beta=1.5"], "loss.beta"),
-        (["model=small_cnn"], "model=mlp"),
-        # stores
-        (["tracking.uri=http://127.0.0.1:9"], "tracking.uri"),
-        (["tracking.uri=sqlite:////proc/x.db"], "tracking.uri"),
-        (["tracking.uri=sqlite:////nonexistent/folder/x.db"], "tracking.uri"),
-        (["tracking.experiment="], "tracking.experiment"),
-        (["tracking.experiment=gone"], "tracking.experiment"),
-        (["resume=0123456789abcdef"], "resume"),
-    ]
-
-    def attempt(
-        case: tuple[list[str], str],
-    ) -> tuple[list[str], str, subprocess.CompletedProcess, float]:
-        args, _ = case
-        extra = [] if any(a.startswith("tracking.uri=") for a in args) else [f"tracking.uri={uri}"]
-        started = time.perf_counter()
-        done = subprocess.run(
-            [*RUN, "trainer.epochs=1", "trainer.progress=false", *extra, *args],
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        return (*case, done, time.perf_counter() - started)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(attempt, cases))
-    return results, uri
-
-
-def test_every_bad_input_gets_one_or_two_lines_and_exit_2(bad_inputs):
-    results, uri = bad_inputs
-    assert len(results) >= 40
-    problems = []
-    for args, parameter, done, seconds in results:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        if done.returncode != 2 or len(lines) > 3 or parameter not in done.stderr:
-            problems.append(f"{' '.join(args)}: rc={done.returncode} stderr={done.stderr[-800:]!r}")
-        elif "Traceback" in done.stderr:
-            problems.append(f"{' '.join(args)}: traceback")
-        elif seconds > 60:  # a store check must answer in seconds, not retry for minutes
-            problems.append(f"{' '.join(args)}: took {seconds:.0f} s")
-    assert not problems, "\n".join(problems)
-    client = MlflowClient(uri)
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert {r.info.status for r in runs} <= {"FAILED"}  # never RUNNING, never FINISHED
-    (diverged,) = runs
-    assert diverged.data.tags["sampler"] == "uniform"
-    assert "train/loss" not in diverged.data.metrics or np.isfinite(
-        diverged.data.metrics["train/loss"]
-    )
-
-
-def test_a_bug_still_shows_its_traceback(tmp_path, tracking_uri):
-    done = subprocess.run(
-        # A model without parameters passes the config checks, then breaks the optimizer.
-        [
-            *RUN,
-            "model=small_cnn",
-            "data=digits_lt",
-            "model._target_=torch.nn.Identity",
-            "~model.width",
-            f"tracking.uri={tracking_uri}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 1 and "Traceback" in done.stderr
-
-
-# ---------------------------------------------------------------- stopping and resuming
 LONG = [
     "data=digits_lt",
     "model=small_cnn",
