@@ -2,7 +2,7 @@
 
 Used by tests/test_browser.py, and for the README's screenshots of a sweep's parent run:
 
-    python -m experiments.browser --uri sqlite:///mlflow.db --experiment study-digits --out docs/
+    python -m experiments.browser --uri sqlite:///mlflow.db --experiment study-digits --out experiments/screenshots/
 
 It starts ``mlflow ui`` on a free port, shows the sweep's parent row with its summary metrics
 and its children expanded, then the report.html artifact, and saves both as PNGs.
@@ -161,7 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--uri", default=None)
     parser.add_argument("--experiment", default="samplerlab")
     parser.add_argument("--parent", default=None, help="the sweep's parent run (default: newest)")
-    parser.add_argument("--out", default="docs", help="folder for the two screenshots")
+    parser.add_argument(
+        "--out", default="experiments/screenshots", help="folder for the two screenshots"
+    )
     args = parser.parse_args(argv)
     try:
         client, uri = open_store(args.uri)
