@@ -8,7 +8,7 @@ TORCH  ?= torch==2.14.1 torchvision==0.29.1
 SWEEP  ?= sampler=uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture seed=0,1,2
 PORT   ?= 5000
 
-.PHONY: help install install-browser install-server run sweep study test lint bench report ui server clean
+.PHONY: help install install-browser install-server run sweep study test lint bench report ui server gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ install-browser:  ## Debian's chromium for the browser test (as root; CI runs it
 
 ui: install  ## MLflow UI for the local store on http://127.0.0.1:5000 (PORT=...)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(PORT)
+
+gpu-check: install  ## on a GPU machine: the CUDA path end to end (device, bfloat16, data on the GPU), timed
+	$(PY) -m experiments.gpu_check --out gpu-check.json
 
 server: install install-server  ## shared tracking: mlflow server + PostgreSQL on 127.0.0.1:$(PORT) (data in server/)
 	$(PY) -m runner.server --port $(PORT) --folder $(CURDIR)/server

@@ -1,0 +1,33 @@
+"""The GPU check script stays runnable on machines without a GPU (CI never has one)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="a GPU machine runs make gpu-check"
+)
+
+
+def test_without_a_gpu_it_says_so_in_one_line():
+    done = subprocess.run(
+        [sys.executable, "-m", "experiments.gpu_check"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and done.stdout.strip().count("\n") == 0
+    assert "needs a CUDA device" in done.stdout
+
+
+def test_its_checks_run_and_fail_honestly_on_the_cpu(capsys):
+    from experiments.gpu_check import check_case
+    from runner.config import register
+
+    register()
+    ok, figures = check_case("small_cnn-digits", ["data=digits_lt", "model=small_cnn"], epochs=1)
+    printed = capsys.readouterr().out
+    assert not ok and "FAIL small_cnn-digits: model on the GPU" in printed
+    assert "ok   small_cnn-digits: final metrics recorded" in printed
+    assert figures["seconds_per_epoch"] > 0
