@@ -40,6 +40,10 @@ def bad_inputs(tmp_path_factory, migrated_store):
     uri = f"sqlite:///{db}"
     client = MlflowClient(uri)
     client.delete_experiment(client.create_experiment("gone"))
+    artifacts = (tmp / "mlartifacts").as_uri()
+    earlier = client.create_run(client.create_experiment("samplerlab", artifacts)).info.run_id
+    client.log_metric(earlier, "kept", 1.0)
+    client.set_terminated(earlier, "KILLED")  # recorded before: must stay exactly as it is
     good = {"train": {"a": 6, "b": 6}, "test": {"a": 2, "b": 2}}
     disjoint = _write_images(
         tmp / "disjoint", {"train": {"a": 6, "c": 6}, "test": {"b": 2, "c": 2}}
@@ -129,11 +133,11 @@ def bad_inputs(tmp_path_factory, migrated_store):
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(attempt, cases))
-    return results, uri
+    return results, uri, earlier
 
 
 def test_every_bad_input_gets_one_or_two_lines_and_exit_2(bad_inputs):
-    results, uri = bad_inputs
+    results, uri, earlier = bad_inputs
     assert len(results) >= 40
     problems = []
     for args, parameter, done, seconds in results:
@@ -147,6 +151,9 @@ def test_every_bad_input_gets_one_or_two_lines_and_exit_2(bad_inputs):
     assert not problems, "\n".join(problems)
     client = MlflowClient(uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    before = client.get_run(earlier)
+    assert before.info.status == "KILLED" and before.data.metrics == {"kept": 1.0}
+    runs = [r for r in runs if r.info.run_id != earlier]
     assert {r.info.status for r in runs} <= {"FAILED"}  # never RUNNING, never FINISHED
     (diverged,) = runs
     assert diverged.data.tags["sampler"] == "uniform"
