@@ -453,7 +453,7 @@ def _evaluate(cfg: DictConfig, parts: Parts, x: Feed, y: np.ndarray) -> Evaluati
     )
 
 
-def _figures(cfg: DictConfig, parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
+def _figures(parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
     """The run's figures; one that cannot be drawn is skipped with a warning, never failing
     the run (its metrics are recorded by then)."""
     from runner import plots  # here: matplotlib takes half a second to import
@@ -502,7 +502,7 @@ def record_results(
     if checkpoint_path.is_file():
         files["checkpoint/checkpoint.pt"] = checkpoint_path
     if cfg.tracking.plots:
-        files.update(_figures(cfg, parts, progress, tracker.run_name))
+        files.update(_figures(parts, progress, tracker.run_name))
     tracker.log_artifacts(files)
     for figure in files.values():
         if hasattr(figure, "savefig"):

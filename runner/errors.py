@@ -11,7 +11,6 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
 
 EXIT_USER_ERROR = 2
-EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
 
 
 class UserError(Exception):

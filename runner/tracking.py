@@ -270,9 +270,6 @@ class Tracker:
                     content.savefig(path, dpi=110, bbox_inches="tight")
             self.client.log_artifacts(self.run_id, tmp)
 
-    def download(self, artifact: str, folder: str) -> Path:
-        return Path(self.client.download_artifacts(self.run_id, artifact, folder))
-
     def finish(self, status: str = "FINISHED") -> None:
         """End the run as FINISHED, FAILED or KILLED."""
         RunStatus.from_string(status)  # rejects anything else
