@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import report_plots
+from experiments.published import PUBLISHED
 from experiments.stats import Interval, Paired, paired_difference, t_interval
 from experiments.store import (
     Run,
@@ -56,11 +57,15 @@ RANKED_BY = "balanced_accuracy"
 COMPARED = ("balanced_accuracy", "few_accuracy")  # paired differences to the baseline
 SPOKEN = {"balanced_accuracy": "balanced accuracy", "few_accuracy": "few-shot accuracy"}
 BASELINE = "uniform"
+# Runs of a published recipe (conf/method/: sampler, loss and settings together, tag `method`)
+# form one block per data and model, compared with plain cross-entropy ("ce").
+METHODS = "methods"
+METHOD_BASELINE = "ce"
 GROUP_BY = ("data", "model", "loss", "sampler", "variant")
 # Overrides that do not change what is compared: the group choices (columns already), the seed,
 # where results go, and display settings. Anything else (sampler.q=0.5, data.imbalance_factor=50)
 # makes another configuration.
-SAME_CONFIGURATION = {"seed", "data", "model", "loss", "sampler", "trainer.progress"}
+SAME_CONFIGURATION = {"seed", "data", "model", "loss", "sampler", "method", "trainer.progress"}
 SAME_CONFIGURATION_PREFIXES = ("tracking.", "hydra.", "hydra/")
 SHOT_GROUPS = ("many", "medium", "few")
 
@@ -81,6 +86,11 @@ def variant(run: Run) -> str:
 
 
 def configuration(run: Run) -> tuple[str, ...]:
+    """(data, model, loss, sampler, variant); for a method run (data, model, "methods", method,
+    variant): the method names its sampler and loss."""
+    if "method" in run.tags:
+        data, model = (run.tags.get(k, "?") for k in ("data", "model"))
+        return (data, model, METHODS, run.tags["method"], variant(run))
     return tuple(run.tags.get(k, "?") for k in GROUP_BY[:-1]) + (variant(run),)
 
 
@@ -88,13 +98,14 @@ def configuration(run: Run) -> tuple[str, ...]:
 class Strategy:
     """One row: the runs of one configuration, one per seed."""
 
-    key: tuple[str, ...]  # data, model, loss, sampler, variant
+    key: tuple[str, ...]  # data, model, loss (or "methods"), sampler (or method), variant
     runs: list[Run]  # one per seed, by seed
     repeats: list[Run] = field(default_factory=list)  # older runs of a configuration and seed
     label: str = ""
     intervals: dict[str, Interval | None] = field(default_factory=dict)
     vs_baseline: dict[str, Paired | None] = field(default_factory=dict)
     baseline: Strategy | None = None
+    baseline_name: str = BASELINE  # the sampler (or method) this row is compared with
 
     @property
     def block(self) -> tuple[str, ...]:
@@ -102,6 +113,7 @@ class Strategy:
 
     @property
     def sampler(self) -> str:
+        """The sampler's name, or the method's for a method run."""
         return self.key[3]
 
     def values(self, metric: str) -> dict[int, float]:
@@ -163,18 +175,19 @@ def _label(strategies: list[Strategy]) -> None:
 
 
 def analyse(strategies: list[Strategy], baseline: str = BASELINE) -> list[Strategy]:
-    """Intervals per metric, paired differences to the baseline; best first within each
-    (data, model, loss) block."""
+    """Intervals per metric, paired differences to the baseline (``baseline`` among samplers,
+    plain cross-entropy among methods); best first within each (data, model, loss) block."""
     for s in strategies:
         for metric in METRICS:
             values = list(s.values(metric).values())
             s.intervals[metric] = t_interval(values) if values else None
     for block in {s.block for s in strategies}:
         members = [s for s in strategies if s.block == block]
-        candidates = [s for s in members if s.sampler == baseline]
+        name = METHOD_BASELINE if block[2] == METHODS else baseline
+        candidates = [s for s in members if s.sampler == name]
         base = min(candidates, key=lambda s: len(s.label)) if candidates else None
         for s in members:
-            s.baseline = base
+            s.baseline, s.baseline_name = base, name
             if base is None or s is base:
                 continue
             for metric in COMPARED:
@@ -277,7 +290,9 @@ def verdicts(strategies: list[Strategy]) -> list[str]:
                         prefix + compare(s.label, base.label, SPOKEN[metric], s.vs_baseline[metric])
                     )
         if base is None:
-            lines.append(f"{prefix}no {BASELINE!r} runs: no paired comparison to a baseline.")
+            lines.append(
+                f"{prefix}no {top.baseline_name!r} runs: no paired comparison to a baseline."
+            )
     return list(dict.fromkeys(lines))  # the top strategy against the baseline comes up twice
 
 
@@ -390,12 +405,86 @@ def build_report(
             "best epoch). The test sets are balanced.",
         )
     )
+    _published(report)
     _class_groups(report)
     if plots:
         _plots(report)
     _runs_table(report)
     _notes(report)
     return report
+
+
+def _published(report: Report) -> None:
+    """Each method beside its published top-1 error, for runs that name a table
+    (``tracking.reference``, tag ``reference``): our mean error with its interval, and the
+    difference to the published number (a constant: the interval is ours, shifted)."""
+    for reference_name in dict.fromkeys(
+        s.runs[0].tags.get("reference", "") for s in report.strategies if s.key[2] == METHODS
+    ):
+        reference = PUBLISHED.get(reference_name)
+        if reference is None:
+            continue
+        members = [
+            s
+            for s in report.strategies
+            if s.key[2] == METHODS and s.runs[0].tags.get("reference") == reference_name
+        ]
+        rows = []
+        for s in sorted(members, key=lambda s: reference.errors.get(s.sampler, math.inf)):
+            accuracy = s.intervals.get("accuracy")
+            if accuracy is None:
+                continue
+            error = 100 * (1 - accuracy.mean)
+            spread = (
+                "" if math.isnan(accuracy.half_width) else f" ± {100 * accuracy.half_width:.2f}"
+            )
+            published = reference.errors.get(s.sampler)
+            if published is None:
+                rows.append([s.label, str(len(s.runs)), "—", f"{error:.2f}{spread}", "—"])
+                continue
+            difference = f"{error - published:+.2f}"
+            if spread:
+                half = 100 * accuracy.half_width
+                difference += f" [{error - half - published:+.2f}, {error + half - published:+.2f}]"
+            rows.append(
+                [s.label, str(len(s.runs)), f"{published:.2f}", f"{error:.2f}{spread}", difference]
+            )
+        if not rows:
+            continue
+        run = members[0].runs[0]
+        epochs = int(run.params.get("trainer.epochs", "0") or 0)
+        extra = int(run.params.get("trainer.classifier_epochs", "0") or 0)
+        ours = (
+            f"{run.tags.get('model', '?')}, {epochs} epochs, batch "
+            f"{run.params.get('trainer.batch_size', '?')}, lr {run.params.get('trainer.lr', '?')}, "
+            f"data {run.tags.get('data', '?')}"
+        )
+        report.blocks.append(("h2", f"Against the published table: {reference.title}"))
+        report.blocks.append(
+            (
+                "table",
+                ["method", "seeds", "published error %", "our error %", "ours − published"],
+                rows,
+            )
+        )
+        caveats = [
+            f"Top-1 error on the balanced test set, 100 × (1 − final accuracy), mean ± half-width "
+            f"of the 95% Student-t interval over seeds; the difference's interval is ours shifted "
+            f"(the published numbers come without a spread). Published recipe: {reference.recipe}. "
+            f"These runs: {ours}" + (f" (cRT: +{extra} classifier epochs)" if extra else "") + "."
+        ]
+        if run.tags.get("data") == "image_folder_lt":
+            caveats.append(
+                "Data from an image folder: if it is the JPEG export of CIFAR-10, its pixels are "
+                "JPEG-decoded (quality 75), not the original bytes: close to, not the same as, "
+                "the published setting."
+            )
+        if run.tags.get("model") != "resnet32" or epochs < 200:
+            caveats.append(
+                "Not the published recipe: compare the methods' order and gaps with each other, "
+                "not the error levels with the published ones."
+            )
+        report.blocks.append(("ul", caveats))
 
 
 def _class_groups(report: Report) -> None:

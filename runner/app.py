@@ -51,6 +51,8 @@ from runner.train import (
     build_state,
     load_checkpoint,
     save_checkpoint,
+    start_classifier_stage,
+    total_epochs,
     train_epoch,
 )
 from samplers import Sampler, sampling_stats
@@ -220,7 +222,11 @@ def start_tracking(
     cfg: DictConfig, data: LongTailData, choices: dict[str, str], overrides: list[str]
 ) -> Tracker:
     names = {group: choices[group] for group in ("sampler", "data", "model", "loss")}
+    if choices.get("method"):  # a published recipe (conf/method/): sampler, loss and settings
+        names["method"] = choices["method"]
     tags = dict(names)
+    if cfg.tracking.reference:
+        tags["reference"] = cfg.tracking.reference
     tags.update(
         imbalance_factor=str(data.imbalance_factor),
         git_commit=git_commit(),
@@ -232,7 +238,7 @@ def start_tracking(
     tracker = Tracker.start(
         cfg.tracking.uri,
         cfg.tracking.experiment,
-        run_name=f"{names['sampler']}-{names['data']}-s{cfg.seed}",
+        run_name=f"{names.get('method', names['sampler'])}-{names['data']}-s{cfg.seed}",
         params=params,
         tags=tags,
     )
@@ -342,7 +348,7 @@ def _train_tracked(
     final = progress.latest
     assert final is not None
     print(
-        f"\nsamplerlab: {tracker.run_name}, {cfg.trainer.epochs} epochs, "
+        f"\nsamplerlab: {tracker.run_name}, {total_epochs(cfg.trainer)} epochs, "
         f"{time.perf_counter() - started:.1f} s on {parts.device.type}\n"
         f"  final            {_headline(final)}\n"
         f"  best (epoch {progress.best_epoch:>3})  {_headline(progress.best)}   "
@@ -367,7 +373,9 @@ def train_and_track(
 ) -> None:
     """Every epoch: train in the sampler's order, measure what was drawn, evaluate, log once
     (steps up to ``logged_through`` were logged before a resume and are not logged again),
-    checkpoint. Signals are held until a batch ends, then stop the loop."""
+    checkpoint. Signals are held until a batch ends, then stop the loop. With
+    ``trainer.classifier_epochs`` (cRT) the classifier stage follows ``trainer.epochs``; the
+    evaluation that ends stage one is also logged as ``stage1/*``."""
     trainer, data, state = cfg.trainer, parts.data, parts.state
     names = data.class_names
     feed = (parts.device, data.normalize, data.feeding.num_workers)
@@ -377,14 +385,17 @@ def train_and_track(
     augment = data.augment if trainer.augment else None
     show = trainer.progress and sys.stderr.isatty()
     steps = batches_per_epoch(parts.sampler, trainer.batch_size)
+    last = total_epochs(trainer)
     with stop_on_signals(deferred=True):
-        while state.epoch < trainer.epochs:
+        while state.epoch < last:
+            if state.epoch >= trainer.epochs and not state.classifier_only:
+                start_classifier_stage(state)
             epoch = state.epoch + 1  # as printed and logged
             latest = f"{progress.latest.balanced_accuracy:.3f}" if progress.latest else "-"
             bar = tqdm(
                 total=steps,
                 initial=state.batch,
-                desc=f"epoch {epoch}/{trainer.epochs}",
+                desc=f"epoch {epoch}/{last}",
                 disable=not show,
                 leave=False,
             )
@@ -414,9 +425,12 @@ def train_and_track(
             progress.target.append(target)
             metrics["train/loss"] = result.mean_loss
             metrics["train/lr"] = state.optimizer.param_groups[0]["lr"]
-            if state.epoch % trainer.eval_every == 0 or state.epoch == trainer.epochs:
+            stage_one_ends = state.epoch == trainer.epochs < last
+            if state.epoch % trainer.eval_every == 0 or state.epoch == last or stage_one_ends:
                 evaluation = _evaluate(cfg, parts, test_x, test_y)
                 metrics.update(evaluation.metrics(names))
+                if stage_one_ends:
+                    metrics.update(evaluation.metrics(names, "stage1"))
                 progress.latest = evaluation
                 score = evaluation.balanced_accuracy
                 if val_x is not None:  # the honest choice of the best epoch
@@ -432,14 +446,14 @@ def train_and_track(
                 log.info(
                     "epoch %d/%d  loss %.4f  %s",
                     epoch,
-                    trainer.epochs,
+                    last,
                     result.mean_loss,
                     _headline(evaluation),
                 )
             if epoch > logged_through:
                 tracker.log_metrics(metrics, step=epoch)
             every = trainer.checkpoint_every
-            if every and (state.epoch % every == 0 or state.epoch == trainer.epochs):
+            if every and (state.epoch % every == 0 or state.epoch == last):
                 save_checkpoint(checkpoint_path, _checkpoint(parts, progress))
             raise_if_stopped()
 
@@ -493,11 +507,11 @@ def record_results(
     if parts.data.val_x is not None:
         chosen_on = "the validation split"
         summary.update({**best.metrics(names, "best"), "best/epoch": progress.best_epoch})
-    tracker.log_metrics(summary, step=cfg.trainer.epochs)
+    tracker.log_metrics(summary, step=total_epochs(cfg.trainer))
     files: dict[str, Any] = {
         "classification_report.txt": final.report,
         "best_classification_report.txt": f"best epoch {progress.best_epoch} of "
-        f"{cfg.trainer.epochs}, selected on {chosen_on}\n\n{best.report}",
+        f"{total_epochs(cfg.trainer)}, selected on {chosen_on}\n\n{best.report}",
     }
     if checkpoint_path.is_file():
         files["checkpoint/checkpoint.pt"] = checkpoint_path

@@ -40,6 +40,8 @@ class TrainerConfig:
     augment: bool = True
     progress: bool = True
     checkpoint_every: int = 1
+    classifier_epochs: int = 0
+    classifier_lr: float | None = None
 
 
 @dataclass
@@ -53,6 +55,7 @@ class TrackingConfig:
     uri: str | None = None
     experiment: str = "samplerlab"
     plots: bool = True
+    reference: str | None = None
 
 
 @dataclass
@@ -107,6 +110,10 @@ def accepted_parameters(target: Any) -> set[str]:
     return names
 
 
+def _model_class(cfg: DictConfig) -> Any:
+    return get_method(cfg.model._target_)
+
+
 def check_targets(cfg: DictConfig) -> None:
     """Every built group names an importable ``_target_`` and only parameters it accepts."""
     for group, supplied in SUPPLIED.items():
@@ -137,7 +144,7 @@ def check_targets(cfg: DictConfig) -> None:
     for key in ("epochs", "batch_size", "eval_every", "eval_batch_size"):
         if trainer[key] < 1:
             _fail(f"trainer.{key}", f"must be >= 1, got {trainer[key]}")
-    for key in ("warmup_epochs", "threads"):
+    for key in ("warmup_epochs", "threads", "classifier_epochs"):
         if trainer[key] < 0:
             _fail(f"trainer.{key}", f"must be >= 0, got {trainer[key]}")
     if trainer.warmup_epochs > trainer.epochs:
@@ -149,6 +156,18 @@ def check_targets(cfg: DictConfig) -> None:
         )
     if not (math.isfinite(trainer.lr) and trainer.lr > 0):
         _fail("trainer.lr", f"must be a finite number > 0 (e.g. 0.1), got {trainer.lr}")
+    if trainer.classifier_lr is not None and not (
+        math.isfinite(trainer.classifier_lr) and trainer.classifier_lr > 0
+    ):
+        _fail(
+            "trainer.classifier_lr",
+            f"must be a finite number > 0, or null for trainer.lr; got {trainer.classifier_lr}",
+        )
+    if trainer.classifier_epochs and not hasattr(_model_class(cfg), "classifier"):
+        _fail(
+            "trainer.classifier_epochs",
+            f"{cfg.model._target_} has no 'classifier' to retrain; use a runner.models model or 0",
+        )
     if not (math.isfinite(trainer.momentum) and 0 <= trainer.momentum < 1):
         _fail("trainer.momentum", f"must lie in [0, 1) (e.g. 0.9), got {trainer.momentum}")
     if not (math.isfinite(trainer.weight_decay) and trainer.weight_decay >= 0):

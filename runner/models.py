@@ -1,4 +1,8 @@
-"""Models: an MLP, a small CNN and the CIFAR ResNet-32 of He et al. (2016)."""
+"""Models: an MLP, a small CNN and the CIFAR ResNet-32 of He et al. (2016).
+
+Each ends in one classifier layer, reachable as ``model.classifier`` (the two-stage cRT recipe
+re-initialises and retrains it alone): a linear layer, or with ``head="cosine"`` the normalised
+(cosine) classifier LDAM is published with."""
 
 from __future__ import annotations
 
@@ -9,20 +13,56 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+HEADS = ("linear", "cosine")
+
+
+class CosineClassifier(nn.Module):
+    """Logits ``cos(x, w_j)`` in [-1, 1]: features and class weights normalised to unit length
+    (the ``NormedLinear`` head of Cao et al. 2019, whose LDAM loss scales these logits by 30)."""
+
+    def __init__(self, in_features: int, num_classes: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(in_features, num_classes))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # The reference initialisation: uniform, then every class column rescaled to norm 1.
+        with torch.no_grad():
+            self.weight.uniform_(-1, 1).renorm_(2, 1, 1e-5).mul_(1e5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(x, dim=1) @ F.normalize(self.weight, dim=0)
+
+
+def classifier_head(in_features: int, num_classes: int, head: str) -> nn.Module:
+    if head not in HEADS:
+        raise ValueError(f"model.head must be one of {', '.join(HEADS)}, got {head!r}")
+    if head == "cosine":
+        return CosineClassifier(in_features, num_classes)
+    return nn.Linear(in_features, num_classes)
+
 
 class MLP(nn.Sequential):
-    """Flatten, then ``hidden`` ReLU layers, then a linear classifier."""
+    """Flatten, then ``hidden`` ReLU layers, then the classifier."""
 
     def __init__(
-        self, in_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (256, 256)
+        self,
+        in_shape: Sequence[int],
+        num_classes: int,
+        hidden: Sequence[int] = (256, 256),
+        head: str = "linear",
     ) -> None:
         layers: list[nn.Module] = [nn.Flatten()]
         width = math.prod(in_shape)
         for size in hidden:
             layers += [nn.Linear(width, size), nn.ReLU(inplace=True)]
             width = size
-        layers.append(nn.Linear(width, num_classes))
+        layers.append(classifier_head(width, num_classes, head))
         super().__init__(*layers)
+
+    @property
+    def classifier(self) -> nn.Module:
+        return self[-1]
 
 
 def _conv_bn(cin: int, cout: int, stride: int = 1) -> list[nn.Module]:
@@ -35,9 +75,11 @@ def _conv_bn(cin: int, cout: int, stride: int = 1) -> list[nn.Module]:
 
 class SmallCNN(nn.Sequential):
     """Three conv-BN-ReLU stages (width, 2x, 4x; stride 2 after the first two), global average
-    pooling and a linear head: about 0.3M parameters at ``width=48``."""
+    pooling and the classifier: about 0.3M parameters at ``width=48``."""
 
-    def __init__(self, in_shape: Sequence[int], num_classes: int, width: int = 48) -> None:
+    def __init__(
+        self, in_shape: Sequence[int], num_classes: int, width: int = 48, head: str = "linear"
+    ) -> None:
         if len(in_shape) != 3:
             raise ValueError(
                 f"model=small_cnn needs image data (C, H, W), got input shape {tuple(in_shape)}; use model=mlp"
@@ -49,8 +91,12 @@ class SmallCNN(nn.Sequential):
             *_conv_bn(2 * width, 4 * width, 2),
             nn.AdaptiveAvgPool2d(1),
             nn.Flatten(),
-            nn.Linear(4 * width, num_classes),
+            classifier_head(4 * width, num_classes, head),
         )
+
+    @property
+    def classifier(self) -> nn.Module:
+        return self[-1]
 
 
 class _BasicBlock(nn.Module):
@@ -76,7 +122,11 @@ class ResNet32(nn.Module):
     """CIFAR ResNet-32: 3 stages of 5 basic blocks (16, 32, 64 channels), ~0.46M parameters."""
 
     def __init__(
-        self, in_shape: Sequence[int], num_classes: int, blocks_per_stage: int = 5
+        self,
+        in_shape: Sequence[int],
+        num_classes: int,
+        blocks_per_stage: int = 5,
+        head: str = "linear",
     ) -> None:
         super().__init__()
         if len(in_shape) != 3:
@@ -91,10 +141,14 @@ class ResNet32(nn.Module):
                 blocks.append(_BasicBlock(cin, cout, 2 if stage > 0 and b == 0 else 1))
                 cin = cout
         self.blocks = nn.Sequential(*blocks)
-        self.head = nn.Linear(64, num_classes)
+        self.head = classifier_head(64, num_classes, head)
         for m in self.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 nn.init.kaiming_normal_(m.weight)
+
+    @property
+    def classifier(self) -> nn.Module:
+        return self.head
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.blocks(self.stem(x))

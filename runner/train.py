@@ -1,6 +1,9 @@
 """The training loop: batches in the sampler's order, gathered by index from memory (on the
 device when there is one) or read through a DataLoader (:mod:`runner.feeding`); per-sample
-losses go back to the sampler."""
+losses go back to the sampler.
+
+A run has one stage, or two with ``trainer.classifier_epochs`` (cRT, Kang et al. 2020): after
+``trainer.epochs`` the classifier is re-initialised and trained alone, everything else frozen."""
 
 from __future__ import annotations
 
@@ -31,6 +34,8 @@ class TrainState:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: Sampler
     generator: torch.Generator  # batch augmentation
+    config: TrainerConfig
+    classifier_only: bool = False  # cRT's stage two: see start_classifier_stage
     epoch: int = 0
     batch: int = 0
     epoch_losses: torch.Tensor | None = None
@@ -46,6 +51,7 @@ class TrainState:
             "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "classifier_only": self.classifier_only,
             "epoch": self.epoch,
             "batch": self.batch,
             "epoch_losses": self.epoch_losses.cpu() if partial else None,
@@ -53,6 +59,8 @@ class TrainState:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["classifier_only"] and not self.classifier_only:
+            start_classifier_stage(self)  # its optimizer, to load the saved one into
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -114,20 +122,53 @@ def lr_lambda(cfg: TrainerConfig, steps_per_epoch: int) -> Callable[[int], float
     return factor
 
 
-def build_state(
-    model: torch.nn.Module, sampler: Sampler, cfg: TrainerConfig, seed: int
-) -> TrainState:
-    optimizer = torch.optim.SGD(
-        model.parameters(),
-        lr=cfg.lr,
+def total_epochs(cfg: TrainerConfig) -> int:
+    """The run's epochs: ``epochs``, then cRT's ``classifier_epochs``."""
+    return cfg.epochs + cfg.classifier_epochs
+
+
+def _sgd(parameters: Any, cfg: TrainerConfig, lr: float) -> torch.optim.SGD:
+    return torch.optim.SGD(
+        parameters,
+        lr=lr,
         momentum=cfg.momentum,
         weight_decay=cfg.weight_decay,
         nesterov=cfg.nesterov and cfg.momentum > 0,
     )
+
+
+def build_state(
+    model: torch.nn.Module, sampler: Sampler, cfg: TrainerConfig, seed: int
+) -> TrainState:
+    optimizer = _sgd(model.parameters(), cfg, cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(cfg, batches_per_epoch(sampler, cfg.batch_size))
     )
-    return TrainState(model, optimizer, scheduler, sampler, torch.Generator().manual_seed(seed))
+    generator = torch.Generator().manual_seed(seed)
+    return TrainState(model, optimizer, scheduler, sampler, generator, cfg)
+
+
+def start_classifier_stage(state: TrainState) -> None:
+    """cRT's stage two (Kang et al. 2020, "Decoupling representation and classifier"): the
+    classifier (``model.classifier``) is re-initialised and becomes the only trainable part;
+    every other weight is frozen and the model runs in eval mode, so BatchNorm statistics stay
+    those of stage one too. A fresh SGD (same momentum and weight decay) starts at
+    ``classifier_lr`` (default ``lr``) and follows a cosine to zero over ``classifier_epochs``.
+    The sampler decides what stage two draws (cRT: class-balanced, ``sampler=deferred`` with
+    ``switch_epoch=${trainer.epochs}``)."""
+    cfg, model = state.config, state.model
+    classifier = model.classifier
+    model.requires_grad_(False)
+    for layer in classifier.modules():
+        if hasattr(layer, "reset_parameters"):
+            layer.reset_parameters()
+    classifier.requires_grad_(True)
+    state.optimizer = _sgd(classifier.parameters(), cfg, cfg.classifier_lr or cfg.lr)
+    steps = max(1, cfg.classifier_epochs * batches_per_epoch(state.sampler, cfg.batch_size))
+    state.scheduler = torch.optim.lr_scheduler.LambdaLR(
+        state.optimizer, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / steps))
+    )
+    state.classifier_only = True
 
 
 def batches_per_epoch(sampler: Sampler, batch_size: int) -> int:
@@ -176,7 +217,7 @@ def train_epoch(
     losses = state.epoch_losses = state.epoch_losses.to(device)
     loss_sum = state.epoch_loss_sum = state.epoch_loss_sum.to(device)
     check_every = 1 if device.type == "cpu" else _CHECK_EVERY
-    model.train()
+    model.train(not state.classifier_only)
     batches = delivered.to(device, non_blocking=True).split(per_batch)
     inputs = feed.batches(delivered, per_batch, state.batch)  # x on the device, converted
     for number, x in zip(range(state.batch, len(batches)), inputs, strict=True):

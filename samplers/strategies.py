@@ -244,30 +244,35 @@ class DeferredSampler(Sampler):
     Class shares are ``∝ n^q_before`` before epoch ``int(defer_fraction * total_epochs)`` and
     ``∝ n^q_after`` from it on: by default instance-balanced for the first 80% of training and
     class-balanced after (epoch 160 of 200). The switch epoch follows the same rule as the
-    deferred re-weighting loss (DRW), so the two switch together.
+    deferred re-weighting loss (DRW), so the two switch together. ``switch_epoch`` (0-based)
+    names the epoch directly instead; the cRT recipe switches when its classifier stage starts.
     """
 
     def __init__(
         self,
         labels: Sequence[int] | torch.Tensor,
         *,
-        total_epochs: int,
+        total_epochs: int | None = None,
         defer_fraction: float = 0.8,
+        switch_epoch: int | None = None,
         q_before: float = 1.0,
         q_after: float = 0.0,
         replacement: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(labels, replacement=replacement, **kwargs)
-        check_int("total_epochs", total_epochs, 1)
-        fraction = check_number("defer_fraction", defer_fraction)
-        if not 0.0 <= fraction < 1.0:
-            raise ValueError(
-                f"defer_fraction must lie in [0, 1) (e.g. 0.8: the last 20% re-sampled), "
-                f"got {defer_fraction}"
-            )
-        self.total_epochs = total_epochs
-        self.switch_epoch = int(fraction * total_epochs)
+        if switch_epoch is None:
+            if total_epochs is None:
+                raise ValueError("give total_epochs (with defer_fraction) or switch_epoch")
+            check_int("total_epochs", total_epochs, 1)
+            fraction = check_number("defer_fraction", defer_fraction)
+            if not 0.0 <= fraction < 1.0:
+                raise ValueError(
+                    f"defer_fraction must lie in [0, 1) (e.g. 0.8: the last 20% re-sampled), "
+                    f"got {defer_fraction}"
+                )
+            switch_epoch = int(fraction * total_epochs)
+        self.switch_epoch = check_int("switch_epoch", switch_epoch, 0)
         counts = self.class_counts
         self._before = ClassWeights(power_weights(counts, check_number("q_before", q_before)))
         self._after = ClassWeights(power_weights(counts, check_number("q_after", q_after)))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from experiments.published import PUBLISHED
 from experiments.report import main, publish
 from experiments.stats import paired_difference, t_interval
 from runner.tracking import Tracker
@@ -49,7 +50,7 @@ def test_paired_difference_uses_the_shared_seeds_only():
 CLASSES = {"a": (200, 10), "b": (50, 10), "c": (10, 10), "d": (5, 10)}  # train, test images
 
 
-def _run(uri, parent, sampler, seed, bal_acc, few, status="FINISHED", extra=""):
+def _run(uri, parent, sampler, seed, bal_acc, few, status="FINISHED", extra="", tags=()):
     tags = {
         "sampler": sampler,
         "data": "synthetic_lt",
@@ -57,8 +58,10 @@ def _run(uri, parent, sampler, seed, bal_acc, few, status="FINISHED", extra=""):
         "loss": "ce",
         "overrides": f"sampler={sampler} seed={seed} tracking.uri=x{extra}",
         "mlflow.parentRunId": parent,
+        **dict(tags),
     }
     params = {"seed": str(seed), "eval.many_shot": "100", "eval.few_shot": "20"}
+    params |= {"trainer.epochs": "12", "trainer.batch_size": "128", "trainer.lr": "0.1"}
     tracker = Tracker.start(uri, "study", f"{sampler}-s{seed}", params=params, tags=tags)
     metrics = {f"data/train_count/{c}": n for c, (n, _) in CLASSES.items()}
     metrics |= {f"data/test_count/{c}": t for c, (_, t) in CLASSES.items()}
@@ -159,6 +162,43 @@ def test_publish_logs_the_report_onto_the_parent_run(fake_sweep):
     assert publish(uri, parent) == text  # publishing again replaces, it does not add
 
 
+def test_methods_are_compared_with_ce_and_with_the_published_table(tracking_uri):
+    parent = Tracker.start(tracking_uri, "study", "sweep-m", params={}, tags={"sweep": "parent"})
+    parent.finish()
+    accuracies = {"ce": (0.70, 0.72, 0.74), "crt": (0.75, 0.74, 0.76), "hybrid": (0.73, 0.75, 0.77)}
+    samplers = {"ce": "uniform", "crt": "deferred", "hybrid": "hybrid"}
+    for method, values in accuracies.items():
+        for seed, accuracy in enumerate(values):
+            tags = {"method": method, "reference": "cifar10_lt_if100", "model": "small_cnn"}
+            extra = f" method={method} +experiment=cifar10_lt"
+            _run(
+                tracking_uri,
+                parent.run_id,
+                samplers[method],
+                seed,
+                accuracy,
+                0.5,
+                extra=extra,
+                tags=tags,
+            )
+    publish(tracking_uri, parent.run_id)
+    client = MlflowClient(tracking_uri=tracking_uri)
+    md = Path(client.download_artifacts(parent.run_id, "report.md")).read_text()
+    # One block of methods (not one per sampler), compared with ce, labelled by method.
+    # crt - ce per seed: 0.05, 0.02, 0.02 -> +3.0, s 0.01732, half 4.303 * 0.01732 / sqrt(3) = 4.3
+    assert "crt > ce on balanced accuracy: +3.0 points, 95% CI [-1.3, +7.3]" not in md
+    assert "crt vs ce on balanced accuracy: +3.0 points, 95% CI [-1.3, +7.3]" in md
+    assert "| ce | 3 |" in md and "Δ bal. acc vs ce (points)" in md
+    # ce: error 30, 28, 26 -> 28.00, s 2, half 4.303 * 2 / sqrt(3) = 4.97; published 29.64.
+    assert "| ce | 3 | 29.64 | 28.00 ± 4.97 | -1.64 [-6.61, +3.33] |" in md
+    # crt: error 25, 26, 24 -> 25.00 ± 2.48; published 25.01.
+    assert "| crt | 3 | 25.01 | 25.00 ± 2.48 | -0.01 [-2.49, +2.47] |" in md
+    assert "| hybrid | 3 | — | 25.00 ± 4.97 | — |" in md  # not in the published table
+    assert "Against the published table: CIFAR-10-LT, imbalance 100" in md
+    assert "These runs: small_cnn, 12 epochs, batch 128, lr 0.1, data synthetic_lt." in md
+    assert "not the error levels with the published ones" in md
+
+
 def test_empty_or_failed_sweeps_and_wrong_ids_get_a_line_not_a_traceback(tracking_uri):
     parent = Tracker.start(
         tracking_uri, "study", "sweep-empty", params={}, tags={"sweep": "parent"}
@@ -242,6 +282,12 @@ def test_every_study_is_a_hydra_experiment_config(study):
         )
     assert cfg.tracking.experiment == f"study-{study}"
     axes = cfg.hydra.sweeper.params
-    assert set(axes.sampler.split(",")) >= {"uniform", "weighted", "hybrid"}
+    if study.startswith("cifar"):  # the published table's rows and ours, as conf/method recipes
+        methods = set(axes.method.split(","))
+        assert methods == {p.stem for p in (ROOT / "conf" / "method").glob("*.yaml")}
+        assert cfg.tracking.reference in PUBLISHED
+        assert methods >= set(PUBLISHED[cfg.tracking.reference].errors)
+    else:
+        assert set(axes.sampler.split(",")) >= {"uniform", "weighted", "hybrid"}
     assert axes.seed == "0,1,2"
     assert not any(cfg.hydra.runtime.choices[g] is None for g in ("data", "model", "loss"))

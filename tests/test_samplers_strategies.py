@@ -434,6 +434,13 @@ def test_deferred_switches_exactly_at_its_epoch():
         assert torch.allclose(sampler.target_class_shares(), target)
         chi_square_ok(sampler.epoch_indices(), LABELS, target)
     assert samplers.DeferredSampler(LABELS, total_epochs=10, defer_fraction=0.5).switch_epoch == 5
+    # An explicit switch epoch (cRT's classifier stage) wins over the fraction.
+    explicit = samplers.DeferredSampler(LABELS, total_epochs=10, switch_epoch=7)
+    for epoch, target in [(6, instance), (7, balanced)]:
+        explicit.set_epoch(epoch)
+        assert torch.allclose(explicit.target_class_shares(), target)
+    with pytest.raises(ValueError, match="total_epochs .* or switch_epoch"):
+        samplers.DeferredSampler(LABELS)
 
 
 def test_mixture_shares_per_batch_are_exact():

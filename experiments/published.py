@@ -1,0 +1,53 @@
+"""Published results a study is compared with: top-1 error (%) per method on the balanced test
+set, as collected by Zhang et al. (2021), "Bag of tricks for long-tailed visual recognition with
+deep convolutional neural networks" (AAAI), for CIFAR-LT with imbalance factor 100 and the
+ResNet-32 recipe of Cao et al. (2019). Method names are those of ``conf/method/``.
+
+A study names its table with ``tracking.reference`` (conf/experiment/cifar10_lt_paper.yaml);
+the report then puts each method's measured error beside the published one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One published table: ``errors`` maps a method to its top-1 error in percent."""
+
+    title: str
+    recipe: str
+    errors: dict[str, float]
+
+
+_SOURCE = "Zhang et al. 2021 (Bag of Tricks), table of re-sampling and two-stage methods"
+_RECIPE = "ResNet-32, 200 epochs, batch 128, SGD lr 0.1, lr x0.01 at 160 and x0.0001 at 180"
+
+PUBLISHED = {
+    "cifar10_lt_if100": Reference(
+        f"CIFAR-10-LT, imbalance 100 ({_SOURCE})",
+        _RECIPE,
+        {
+            "ce": 29.64,
+            "class_balanced": 27.55,
+            "sqrt": 28.58,
+            "progressive": 28.02,
+            "drs": 24.93,
+            "crt": 25.01,
+            "drw": 25.18,
+            "ldam_drw": 22.27,
+            "balanced_softmax": 22.46,
+        },
+    ),
+    "cifar100_lt_if100": Reference(
+        f"CIFAR-100-LT, imbalance 100 ({_SOURCE})",
+        _RECIPE,
+        {
+            "ce": 61.68,
+            "class_balanced": 64.76,
+            "drs": 59.36,
+            "ldam_drw": 57.53,
+            "balanced_softmax": 57.01,
+        },
+    ),
+}
