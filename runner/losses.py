@@ -128,8 +128,8 @@ class LDAMLoss(ClassWeightedLoss):
     (beta 0.9999) from 80% of training on, as in the paper (epoch 160 of 200).
 
     The paper's ``scale=30`` goes with a cosine head (normalised features and weights, logits in
-    [-1, 1]); the models here end in a plain linear layer, whose logits are unbounded, so 30
-    multiplies their scale (and gradient) thirtyfold. Measured on the default run (mlp,
+    [-1, 1]: ``model.head=cosine``, which ``+method=ldam_drw`` sets). On a plain linear layer,
+    whose logits are unbounded, 30 multiplies their scale (and gradient) thirtyfold. Measured on the default run (mlp,
     synthetic_lt, 2 epochs): at ``trainer.lr=0.1`` the loss diverges in epoch 2 (the runner stops
     with its non-finite-loss error); ``trainer.lr=0.01`` trains (balanced accuracy 0.81, CE at
     that lr 0.14); ``loss.scale=1`` keeps lr 0.1 stable but its margins, in raw-logit units, are

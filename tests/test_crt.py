@@ -1,0 +1,134 @@
+"""cRT (Kang et al. 2020): one run, two stages; stage two retrains the classifier alone."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from runner.config import TrainerConfig
+from runner.losses import ClassWeightedLoss
+from runner.models import MLP, ResNet32, SmallCNN
+from runner.train import build_state, start_classifier_stage, total_epochs, train_epoch
+from samplers import DeferredSampler
+
+X = torch.randn(96, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+Y = torch.tensor([0] * 60 + [1] * 24 + [2] * 12)  # long-tailed: 60 / 24 / 12
+
+
+def _fresh(classifier_epochs: int = 2):
+    torch.manual_seed(0)
+    cfg = OmegaConf.structured(
+        TrainerConfig(epochs=1, batch_size=16, warmup_epochs=0, classifier_epochs=classifier_epochs)
+    )
+    sampler = DeferredSampler(Y, switch_epoch=1, seed=4)
+    state = build_state(SmallCNN((3, 8, 8), 3, width=8), sampler, cfg, seed=0)
+    return state, ClassWeightedLoss(torch.bincount(Y), sampler, epochs=1, weights=None)
+
+
+def test_stage_two_trains_only_the_classifier():
+    state, loss_fn = _fresh()
+    train_epoch(state, X, Y, loss_fn, 16, augment=None)  # stage one: everything trains
+    after_one = copy.deepcopy(state.model.state_dict())
+    head = next(n for n, m in state.model.named_modules() if m is state.model.classifier) + "."
+    start_classifier_stage(state)
+    reinitialised = copy.deepcopy(state.model.classifier.state_dict())
+    assert not torch.equal(reinitialised["weight"], after_one[head + "weight"])  # a fresh one
+    optimised = [p for group in state.optimizer.param_groups for p in group["params"]]
+    assert {id(p) for p in optimised} == {id(p) for p in state.model.classifier.parameters()}
+    for _ in range(2):
+        result = train_epoch(state, X, Y, loss_fn, 16, augment=None)
+    assert state.epoch == total_epochs(state.config) == 3
+    after_two = state.model.state_dict()
+    frozen = [k for k in after_two if not k.startswith(head)]
+    # Every weight and BatchNorm statistic of the backbone is bit-for-bit that of stage one ...
+    assert frozen and all(torch.equal(after_two[k], after_one[k]) for k in frozen)
+    assert any("running_mean" in k for k in frozen)
+    # ... the classifier moved away from its re-initialisation, drawn class-balanced.
+    assert not torch.equal(after_two[head + "weight"], reinitialised["weight"])
+    drawn = torch.bincount(Y[result.delivered], minlength=3).double() / result.delivered.numel()
+    assert torch.allclose(state.sampler.target_class_shares(), torch.full((3,), 1 / 3).double())
+    assert drawn.min() > 0.2  # instance-balanced would give the last class 12/96 = 0.125
+
+
+def test_a_stage_two_checkpoint_resumes_exactly():
+    state, loss_fn = _fresh(classifier_epochs=3)
+    train_epoch(state, X, Y, loss_fn, 16, augment=None)
+    start_classifier_stage(state)
+    train_epoch(state, X, Y, loss_fn, 16, augment=None)
+    checkpoint = copy.deepcopy(state.state_dict())
+    expected = train_epoch(state, X, Y, loss_fn, 16, augment=None)
+
+    restored, restored_loss = _fresh(classifier_epochs=3)  # a new process: stage one's optimizer
+    restored.load_state_dict(checkpoint)
+    assert restored.classifier_only and restored.epoch == 2
+    again = train_epoch(restored, X, Y, restored_loss, 16, augment=None)
+    assert torch.equal(again.losses, expected.losses)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(
+            restored.model.state_dict().values(), state.model.state_dict().values(), strict=True
+        )
+    )
+
+
+@pytest.mark.parametrize("model", [MLP, SmallCNN, ResNet32])
+@pytest.mark.parametrize("head", ["linear", "cosine"])
+def test_every_model_ends_in_its_classifier(model, head):
+    net = model((3, 8, 8), 3, head=head)
+    seen = {}
+    net.classifier.register_forward_hook(lambda _, inputs, out: seen.update(z=out))
+    with torch.no_grad():
+        logits = net(torch.randn(4, 3, 8, 8))
+    assert logits.shape == (4, 3) and seen["z"] is logits  # the last layer
+    if head == "cosine":  # cosines: |z| <= 1, and 1 for a feature along a class's weight
+        assert float(logits.abs().max()) <= 1 + 1e-6
+        weight = net.classifier.weight
+        assert torch.allclose(weight.norm(dim=0), torch.ones(3))
+        with torch.no_grad():
+            along = net.classifier(weight[:, :1].T * 5.0)
+        assert float(along[0, 0]) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_the_crt_method_records_both_stages_in_one_run(tmp_path, tracking_uri):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "+method=crt",
+            "data=digits_lt",
+            "model=small_cnn",
+            "model.width=8",
+            "trainer.epochs=2",
+            "trainer.classifier_epochs=2",
+            "trainer.progress=false",
+            "tracking.plots=false",
+            f"tracking.uri={tracking_uri}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(tracking_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["method"] == "crt"
+    steps = lambda key: [m.step for m in client.get_metric_history(run.info.run_id, key)]  # noqa: E731
+    assert steps("train/loss") == [1, 2, 3, 4]  # both stages, one run
+    assert steps("stage1/balanced_accuracy") == [2]  # the end of stage one
+    assert steps("final/balanced_accuracy") == [4]
+    shares = {
+        m.step: m.value for m in client.get_metric_history(run.info.run_id, "sampling/target/0")
+    }
+    counts = {k: v for k, v in run.data.metrics.items() if k.startswith("data/train_count/")}
+    head = counts["data/train_count/0"] / sum(counts.values())
+    assert shares[1] == pytest.approx(head) and shares[2] == pytest.approx(head)  # instance
+    assert shares[3] == pytest.approx(1 / len(counts))  # class-balanced in stage two
+    assert "4 epochs" in done.stdout
