@@ -42,9 +42,10 @@ lint: install  ## ruff lint and format check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-bench: install  ## sampler speed vs torch and pytorch-metric-learning; the DataLoader path vs shuffle=True
+bench: install  ## sampler speed vs torch and pytorch-metric-learning; the DataLoader path vs shuffle=True; the loop vs the bare train step
 	$(PY) -m experiments.bench
 	$(PY) -m experiments.bench_data
+	$(PY) -m experiments.bench_loop
 
 report: install  ## the newest sweep's report, onto its parent run (PARENT=id, EXPERIMENT=samplerlab)
 	$(PY) -m experiments.report $(if $(PARENT),--parent $(PARENT),--experiment $(or $(EXPERIMENT),samplerlab))

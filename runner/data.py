@@ -508,19 +508,34 @@ def image_folder_lt(
 
 
 def augment_batch(x: torch.Tensor, augment: Augment, generator: torch.Generator) -> torch.Tensor:
-    """Random crop with zero padding and horizontal flip, for a whole batch at once."""
-    n, _, h, w = x.shape
-    if augment.flip:
-        flip = torch.rand(n, generator=generator, device="cpu").to(x.device) < 0.5
-        x = torch.where(flip[:, None, None, None], x.flip(3), x)
+    """Horizontal flip, then a random crop of the zero-padded image, for a whole batch at once.
+
+    Both are one gather from ``x``: every output pixel reads its source pixel (or is zero, in
+    the padding), so neither a flipped nor a padded copy of the batch is made. The random
+    numbers are drawn as by flipping and padding step by step (flips, then row and column
+    offsets), so a seed gives the same crops either way."""
+    n, channels, h, w = x.shape
     pad = augment.crop_padding
+    if not augment.flip and pad == 0:
+        return x
+    flip = (
+        torch.rand(n, generator=generator) < 0.5
+        if augment.flip
+        else torch.zeros(n, dtype=torch.bool)
+    )
     if pad > 0:
-        padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
-        dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
-        dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
-        rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
-        cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
-        batch = torch.arange(n, device=x.device)[:, None, None, None]
-        channel = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
-        x = padded[batch, channel, rows, cols]
-    return x
+        dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator) - pad
+        dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator) - pad
+    else:
+        dy = dx = torch.zeros(n, dtype=torch.long)
+    device = x.device
+    flip, dy, dx = flip.to(device), dy.to(device), dx.to(device)
+    rows = dy[:, None] + torch.arange(h, device=device)  # source row of each output row
+    columns = dx[:, None] + torch.arange(w, device=device)  # ... of the flipped image
+    columns = torch.where(flip[:, None], w - 1 - columns, columns)  # ... of x itself
+    inside = ((rows >= 0) & (rows < h))[:, :, None] & ((columns >= 0) & (columns < w))[:, None, :]
+    source = rows.clamp(0, h - 1)[:, :, None] * w + columns.clamp(0, w - 1)[:, None, :]
+    out = x.reshape(n, channels, h * w).gather(
+        2, source.reshape(n, 1, h * w).expand(n, channels, h * w)
+    )
+    return out.view(n, channels, h, w).mul_(inside[:, None].to(out.dtype))

@@ -129,6 +129,23 @@ def test_image_folder_decodes_once_and_caches(tmp_path):
         data.image_folder_lt(str(tmp_path / "empty"))
 
 
+@pytest.mark.parametrize("pad,flip", [(4, True), (0, True), (2, False), (1, True)])
+def test_batch_augmentation_is_flip_then_pad_then_crop_sample_by_sample(pad, flip):
+    """The one-gather augmentation equals the plain recipe, one image at a time, from the same
+    random numbers (flips, row offsets, column offsets, in that order)."""
+    x = torch.randn(64, 3, 9, 7)
+    out = data.augment_batch(x, data.Augment(pad, flip), torch.Generator().manual_seed(5))
+    generator = torch.Generator().manual_seed(5)
+    flips = torch.rand(64, generator=generator) < 0.5 if flip else torch.zeros(64, dtype=torch.bool)
+    dy = torch.randint(0, 2 * pad + 1, (64,), generator=generator) if pad else torch.zeros(64)
+    dx = torch.randint(0, 2 * pad + 1, (64,), generator=generator) if pad else torch.zeros(64)
+    for i in range(64):
+        image = x[i].flip(2) if flips[i] else x[i]
+        padded = torch.nn.functional.pad(image, (pad, pad, pad, pad))
+        top, left = int(dy[i]), int(dx[i])
+        assert torch.equal(out[i], padded[:, top : top + 9, left : left + 7])
+
+
 def test_batch_augmentation_crops_and_flips():
     x = torch.arange(2 * 1 * 4 * 4, dtype=torch.float32).reshape(2, 1, 4, 4)
     flipped = data.augment_batch(

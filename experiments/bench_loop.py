@@ -1,0 +1,184 @@
+"""`make bench`, third part: the training loop's own cost against the model's bare train step,
+side by side in one run.
+
+Data: CIFAR-sized uint8 images (3x32x32) in memory, standardised per channel, augmented with a
+4-pixel random crop and a flip, as ``+experiment=cifar10_lt`` trains them. Per model:
+
+* bare step: forward, cross-entropy, backward and SGD step on one ready float batch, the same
+  batch every time: the compute any loop has to pay;
+* loop: :func:`runner.train.train_epoch` as the runner calls it (the sampler's order, the
+  in-memory gather, conversion, augmentation, the loss, per-sample losses back to the sampler,
+  the finiteness check, the LR schedule);
+* evaluation: :meth:`runner.feeding.Feed.predict` against a bare forward over the same images.
+
+The loop's non-compute share is ``1 - bare / loop`` per image. Bare and loop measurements
+alternate, ``--repeats`` times each, and the medians are compared, so that a machine that is
+busier during one of them skews both alike. Then the bare step of the small CNN and ResNet-32 in
+eager mode, channels-last, and compiled with ``torch.compile`` (when it compiles here).
+
+    python -m experiments.bench_loop [--batches 30] [--repeats 5] [--threads 0] [--no-compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from torch.nn import functional as F
+
+from runner.data import Augment
+from runner.feeding import Feed
+from runner.losses import ClassWeightedLoss
+from runner.models import ResNet32, SmallCNN
+from runner.train import TrainerConfig, build_state, train_epoch
+from samplers import UniformSampler
+
+print = functools.partial(print, flush=True)  # noqa: A001 - progress shows as it comes
+
+CIFAR_NORMALIZE = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+BATCH = 128
+TARGET = 0.05  # issue #8: the loop's own work under 5% of an epoch
+
+
+def _images(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=generator)
+    return x, torch.arange(n) % 10
+
+
+def _seconds(work: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started
+
+
+def _bare_step(model: torch.nn.Module, batches: int) -> Callable[[], None]:
+    x = torch.randn(BATCH, 3, 32, 32)
+    y = torch.arange(BATCH) % 10
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True)
+    model.train()
+
+    def work() -> None:
+        for _ in range(batches):
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+    return work
+
+
+def loop_against_bare(name: str, make: Callable[[], torch.nn.Module], args) -> float:
+    """Median seconds per image of the runner's loop and of the bare step; returns the share."""
+    n = args.batches * BATCH
+    x, y = _images(n)
+    feed = Feed(x, torch.device("cpu"), CIFAR_NORMALIZE)
+    sampler = UniformSampler(y, seed=0)
+    cfg = TrainerConfig(epochs=10**6, batch_size=BATCH, warmup_epochs=1)
+    torch.manual_seed(0)
+    state = build_state(make(), sampler, cfg, seed=0)
+    loss_fn = ClassWeightedLoss(torch.bincount(y), sampler, epochs=cfg.epochs, weights=None)
+    augment = Augment(crop_padding=4, flip=True)
+    bare = _bare_step(make(), args.batches)
+    loop_times, bare_times = [], []
+    _seconds(bare)  # warm-up: allocator, kernels
+    train_epoch(state, feed, y, loss_fn, BATCH, augment)
+    for _ in range(args.repeats):
+        loop_times.append(_seconds(lambda: train_epoch(state, feed, y, loss_fn, BATCH, augment)))
+        bare_times.append(_seconds(bare))
+    loop, bare_s = statistics.median(loop_times) / n, statistics.median(bare_times) / n
+    share = 1 - bare_s / loop
+    print(
+        f"  {name:10s} train   bare step {1 / bare_s:7.0f} img/s   runner loop {1 / loop:7.0f} img/s"
+        f"   non-compute share {100 * share:5.1f}%  (target < {100 * TARGET:.0f}%: "
+        f"{'met' if share < TARGET else 'NOT met'})"
+    )
+    model = state.model
+    eval_times, forward_times = [], []
+    float_x = torch.randn(n, 3, 32, 32)
+
+    @torch.no_grad()
+    def forward() -> None:
+        model.eval()
+        for chunk in float_x.split(1024):
+            model(chunk)
+
+    for _ in range(args.repeats):
+        eval_times.append(_seconds(lambda: feed.predict(model, 1024)))
+        forward_times.append(_seconds(forward))
+    evaluation, bare_eval = statistics.median(eval_times) / n, statistics.median(forward_times) / n
+    print(
+        f"  {name:10s} eval    bare forward {1 / bare_eval:7.0f} img/s   runner predict "
+        f"{1 / evaluation:7.0f} img/s   non-compute share {100 * (1 - bare_eval / evaluation):5.1f}%"
+    )
+    return share
+
+
+def variants(name: str, make: Callable[[], torch.nn.Module], args) -> None:
+    """The bare step eager, channels-last and compiled: images/s and the ratio to eager."""
+    rates = {}
+    eager = _bare_step(make(), args.batches)
+    _seconds(eager)
+    rates["eager"] = args.batches * BATCH / min(_seconds(eager) for _ in range(args.repeats))
+    last = make().to(memory_format=torch.channels_last)
+    x = torch.randn(BATCH, 3, 32, 32).to(memory_format=torch.channels_last)
+    y = torch.arange(BATCH) % 10
+    optimizer = torch.optim.SGD(last.parameters(), lr=0.01, momentum=0.9)
+
+    def channels_last() -> None:
+        for _ in range(args.batches):
+            loss = F.cross_entropy(last(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+    _seconds(channels_last)
+    rates["channels-last"] = (
+        args.batches * BATCH / min(_seconds(channels_last) for _ in range(args.repeats))
+    )
+    if args.compile:
+        try:
+            compiled = _bare_step(torch.compile(make()), args.batches)
+            first = _seconds(compiled)  # compiles
+            rates["compiled"] = (
+                args.batches * BATCH / min(_seconds(compiled) for _ in range(args.repeats))
+            )
+            print(f"  {name:10s} torch.compile: first {args.batches} batches {first:.1f} s")
+        except Exception as error:  # no compiler toolchain, an unsupported op: say so
+            print(f"  {name:10s} torch.compile failed: {type(error).__name__}: {error}"[:300])
+    print(
+        f"  {name:10s} bare step  "
+        + "   ".join(f"{k} {v:6.0f} img/s ({v / rates['eager']:.2f}x)" for k, v in rates.items())
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=30, help="batches of 128 per measurement")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: its default)")
+    parser.add_argument("--no-compile", dest="compile", action="store_false")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = {
+        "small_cnn": lambda: SmallCNN((3, 32, 32), 10),
+        "resnet32": lambda: ResNet32((3, 32, 32), 10),
+    }
+    print(
+        f"The training loop against the bare train step: CPU, {torch.get_num_threads()} torch "
+        f"threads, batch {BATCH}, {args.batches} batches a measurement, median of {args.repeats}"
+    )
+    for name, make in models.items():
+        loop_against_bare(name, make, args)
+    print("The bare train step: eager, channels-last, torch.compile (best of the repeats)")
+    for name, make in models.items():
+        variants(name, make, args)
+
+
+if __name__ == "__main__":
+    main()
