@@ -7,8 +7,9 @@ STAMP  := $(VENV)/.stamp-install
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 SWEEP  ?= sampler=uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture seed=0,1,2
 PORT   ?= 5000
+JOBS   ?= 4
 
-.PHONY: help install install-browser install-server run sweep study test lint bench report ui server gpu-check clean
+.PHONY: help install install-browser install-server run sweep study paper test lint bench report ui server gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -30,6 +31,10 @@ sweep: install  ## every sampler x 3 seeds, one parent MLflow run (SWEEP="..." t
 
 study: install  ## a study sweep, its report on the parent run (NAME=digits; conf/experiment/)
 	$(PY) -m runner -m +experiment=$(or $(NAME),$(STUDY),digits)
+
+paper: install  ## the CIFAR-10-LT paper protocol, every row x 3 seeds, JOBS runs at once on one GPU (CIFAR=dir or JPEG=dir)
+	$(PY) -m runner -m +experiment=cifar10_lt_paper hydra/launcher=joblib hydra.launcher.n_jobs=$(JOBS) \
+		$(if $(JPEG),data=image_folder_lt data.root=$(JPEG),data.root=$(or $(CIFAR),data)) $(ARGS)
 
 install-server:  ## PostgreSQL for `make server` and its test (Debian's package; as root)
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
@@ -56,8 +61,9 @@ install-browser:  ## Debian's chromium for the browser test (as root; CI runs it
 ui: install  ## MLflow UI for the local store on http://127.0.0.1:5000 (PORT=...)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(PORT)
 
-gpu-check: install  ## on a GPU machine: the CUDA path end to end (device, bfloat16, data on the GPU), timed
+gpu-check: install  ## on a GPU machine: the CUDA path end to end (device, bfloat16, data on the GPU), timed; loop vs bare step, eager vs compiled
 	$(PY) -m experiments.gpu_check --out gpu-check.json
+	$(PY) -m experiments.bench_loop --device cuda --batches 50
 
 server: install install-server  ## shared tracking: mlflow server + PostgreSQL on 127.0.0.1:$(PORT) (data in server/)
 	$(PY) -m runner.server --port $(PORT) --folder $(CURDIR)/server

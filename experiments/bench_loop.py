@@ -15,8 +15,10 @@ The loop's non-compute share is ``1 - bare / loop`` per image. Bare and loop mea
 alternate, ``--repeats`` times each, and the medians are compared, so that a machine that is
 busier during one of them skews both alike. Then the bare step of the small CNN and ResNet-32 in
 eager mode, channels-last, and compiled with ``torch.compile`` (when it compiles here).
+``--device cuda`` measures the same on a GPU, in bfloat16 autocast as the runner trains there.
 
     python -m experiments.bench_loop [--batches 30] [--repeats 5] [--threads 0] [--no-compile]
+        [--device cpu|cuda] [--models small_cnn resnet32]
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from runner.data import Augment
 from runner.feeding import Feed
 from runner.losses import ClassWeightedLoss
 from runner.models import ResNet32, SmallCNN
-from runner.train import TrainerConfig, build_state, train_epoch
+from runner.train import TrainerConfig, autocast, build_state, train_epoch
 from samplers import UniformSampler
 
 print = functools.partial(print, flush=True)  # noqa: A001 - progress shows as it comes
@@ -50,21 +52,31 @@ def _images(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.arange(n) % 10
 
 
-def _seconds(work: Callable[[], object]) -> float:
+def _seconds(work: Callable[[], object], device: torch.device) -> float:
+    """Wall seconds of ``work()``, the device's queue drained before and after."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     started = time.perf_counter()
     work()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     return time.perf_counter() - started
 
 
-def _bare_step(model: torch.nn.Module, batches: int) -> Callable[[], None]:
-    x = torch.randn(BATCH, 3, 32, 32)
-    y = torch.arange(BATCH) % 10
+def _bare_step(
+    model: torch.nn.Module, batches: int, device: torch.device, channels_last: bool = False
+) -> Callable[[], None]:
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    model = model.to(device, memory_format=layout)
+    x = torch.randn(BATCH, 3, 32, 32, device=device).contiguous(memory_format=layout)
+    y = torch.arange(BATCH, device=device) % 10
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True)
     model.train()
 
     def work() -> None:
         for _ in range(batches):
-            loss = F.cross_entropy(model(x), y)
+            with autocast(device):
+                loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -74,22 +86,27 @@ def _bare_step(model: torch.nn.Module, batches: int) -> Callable[[], None]:
 
 def loop_against_bare(name: str, make: Callable[[], torch.nn.Module], args) -> float:
     """Median seconds per image of the runner's loop and of the bare step; returns the share."""
-    n = args.batches * BATCH
+    n, device = args.batches * BATCH, args.device
     x, y = _images(n)
-    feed = Feed(x, torch.device("cpu"), CIFAR_NORMALIZE)
+    feed = Feed(x, device, CIFAR_NORMALIZE)
     sampler = UniformSampler(y, seed=0)
     cfg = TrainerConfig(epochs=10**6, batch_size=BATCH, warmup_epochs=1)
     torch.manual_seed(0)
-    state = build_state(make(), sampler, cfg, seed=0)
+    state = build_state(make().to(device), sampler, cfg, seed=0)
     loss_fn = ClassWeightedLoss(torch.bincount(y), sampler, epochs=cfg.epochs, weights=None)
+    loss_fn, y = loss_fn.to(device), y.to(device)
     augment = Augment(crop_padding=4, flip=True)
-    bare = _bare_step(make(), args.batches)
+    bare = _bare_step(make(), args.batches, device)
+
+    def loop() -> None:
+        train_epoch(state, feed, y, loss_fn, BATCH, augment)
+
     loop_times, bare_times = [], []
-    _seconds(bare)  # warm-up: allocator, kernels
-    train_epoch(state, feed, y, loss_fn, BATCH, augment)
+    _seconds(bare, device)  # warm-up: allocator, kernels
+    _seconds(loop, device)
     for _ in range(args.repeats):
-        loop_times.append(_seconds(lambda: train_epoch(state, feed, y, loss_fn, BATCH, augment)))
-        bare_times.append(_seconds(bare))
+        loop_times.append(_seconds(loop, device))
+        bare_times.append(_seconds(bare, device))
     loop, bare_s = statistics.median(loop_times) / n, statistics.median(bare_times) / n
     share = 1 - bare_s / loop
     print(
@@ -99,17 +116,22 @@ def loop_against_bare(name: str, make: Callable[[], torch.nn.Module], args) -> f
     )
     model = state.model
     eval_times, forward_times = [], []
-    float_x = torch.randn(n, 3, 32, 32)
+    float_x = torch.randn(n, 3, 32, 32, device=device)
 
     @torch.no_grad()
     def forward() -> None:
         model.eval()
         for chunk in float_x.split(1024):
-            model(chunk)
+            with autocast(device):
+                model(chunk).argmax(1)
+
+    def predict() -> None:
+        with autocast(device):
+            feed.predict(model, 1024)
 
     for _ in range(args.repeats):
-        eval_times.append(_seconds(lambda: feed.predict(model, 1024)))
-        forward_times.append(_seconds(forward))
+        eval_times.append(_seconds(predict, device))
+        forward_times.append(_seconds(forward, device))
     evaluation, bare_eval = statistics.median(eval_times) / n, statistics.median(forward_times) / n
     print(
         f"  {name:10s} eval    bare forward {1 / bare_eval:7.0f} img/s   runner predict "
@@ -120,32 +142,21 @@ def loop_against_bare(name: str, make: Callable[[], torch.nn.Module], args) -> f
 
 def variants(name: str, make: Callable[[], torch.nn.Module], args) -> None:
     """The bare step eager, channels-last and compiled: images/s and the ratio to eager."""
+    device, images = args.device, args.batches * BATCH
+    steps = {
+        "eager": _bare_step(make(), args.batches, device),
+        "channels-last": _bare_step(make(), args.batches, device, channels_last=True),
+    }
     rates = {}
-    eager = _bare_step(make(), args.batches)
-    _seconds(eager)
-    rates["eager"] = args.batches * BATCH / min(_seconds(eager) for _ in range(args.repeats))
-    last = make().to(memory_format=torch.channels_last)
-    x = torch.randn(BATCH, 3, 32, 32).to(memory_format=torch.channels_last)
-    y = torch.arange(BATCH) % 10
-    optimizer = torch.optim.SGD(last.parameters(), lr=0.01, momentum=0.9)
-
-    def channels_last() -> None:
-        for _ in range(args.batches):
-            loss = F.cross_entropy(last(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-
-    _seconds(channels_last)
-    rates["channels-last"] = (
-        args.batches * BATCH / min(_seconds(channels_last) for _ in range(args.repeats))
-    )
+    for kind, step in steps.items():
+        _seconds(step, device)
+        rates[kind] = images / min(_seconds(step, device) for _ in range(args.repeats))
     if args.compile:
         try:
-            compiled = _bare_step(torch.compile(make()), args.batches)
-            first = _seconds(compiled)  # compiles
-            rates["compiled"] = (
-                args.batches * BATCH / min(_seconds(compiled) for _ in range(args.repeats))
+            compiled = _bare_step(torch.compile(make()), args.batches, device)
+            first = _seconds(compiled, device)  # compiles
+            rates["compiled"] = images / min(
+                _seconds(compiled, device) for _ in range(args.repeats)
             )
             print(f"  {name:10s} torch.compile: first {args.batches} batches {first:.1f} s")
         except Exception as error:  # no compiler toolchain, an unsupported op: say so
@@ -162,16 +173,24 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: its default)")
     parser.add_argument("--no-compile", dest="compile", action="store_false")
+    parser.add_argument("--device", type=torch.device, default=torch.device("cpu"))
+    parser.add_argument("--models", nargs="+", choices=["small_cnn", "resnet32"])
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    models = {
+    makers = {
         "small_cnn": lambda: SmallCNN((3, 32, 32), 10),
         "resnet32": lambda: ResNet32((3, 32, 32), 10),
     }
+    models = {name: makers[name] for name in args.models or makers}
+    where = (
+        f"{torch.cuda.get_device_name(args.device)}, bfloat16 autocast"
+        if args.device.type == "cuda"
+        else f"CPU, {torch.get_num_threads()} torch threads"
+    )
     print(
-        f"The training loop against the bare train step: CPU, {torch.get_num_threads()} torch "
-        f"threads, batch {BATCH}, {args.batches} batches a measurement, median of {args.repeats}"
+        f"The training loop against the bare train step: {where}, batch {BATCH}, "
+        f"{args.batches} batches a measurement, median of {args.repeats}"
     )
     for name, make in models.items():
         loop_against_bare(name, make, args)
