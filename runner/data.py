@@ -507,17 +507,28 @@ def image_folder_lt(
     )
 
 
-def augment_batch(x: torch.Tensor, augment: Augment, generator: torch.Generator) -> torch.Tensor:
-    """Random crop with zero padding and horizontal flip, for a whole batch at once."""
+def augment_batch(
+    x: torch.Tensor,
+    augment: Augment,
+    generator: torch.Generator,
+    share: tuple[int, int] = (0, 1),
+) -> torch.Tensor:
+    """Random crop with zero padding and horizontal flip, for a whole batch at once.
+
+    ``share=(r, W)``: ``x`` is positions ``r, r + W, ...`` of a global batch W times as large
+    (one of W data-parallel ranks); the draws are the whole global batch's, from the same
+    generator, and ``x`` gets its positions' part, as one process augmenting it all would."""
+    rank, ranks = share
     n, _, h, w = x.shape
+    drawn = n * ranks
     if augment.flip:
-        flip = torch.rand(n, generator=generator, device="cpu").to(x.device) < 0.5
+        flip = torch.rand(drawn, generator=generator, device="cpu")[rank::ranks].to(x.device) < 0.5
         x = torch.where(flip[:, None, None, None], x.flip(3), x)
     pad = augment.crop_padding
     if pad > 0:
         padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
-        dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
-        dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
+        dy = torch.randint(0, 2 * pad + 1, (drawn,), generator=generator)[rank::ranks].to(x.device)
+        dx = torch.randint(0, 2 * pad + 1, (drawn,), generator=generator)[rank::ranks].to(x.device)
         rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
         cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
         batch = torch.arange(n, device=x.device)[:, None, None, None]
