@@ -58,9 +58,13 @@ def command() -> str:
     return "torchrun <the same options> -m runner"
 
 
+def _joined() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
 def is_main() -> bool:
     """Rank 0, or a single process: the one that tracks and writes files."""
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    return not _joined() or dist.get_rank() == 0
 
 
 @contextlib.contextmanager
@@ -105,7 +109,7 @@ def from_main(compute: Callable[[], T], portable: Callable[[T], object] = lambda
     """``compute()`` on rank 0 alone; every other rank receives ``portable(result)`` (what can
     be pickled of it) and returns that. An exception on rank 0 is raised on every rank. In a
     single process, just ``compute()``."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if not _joined():
         return compute()
     outcome: list[object] = [None]
     if dist.get_rank() == 0:
@@ -123,7 +127,7 @@ def from_main(compute: Callable[[], T], portable: Callable[[T], object] = lambda
 
 def check_batch_size(batch_size: int) -> None:
     """``trainer.batch_size`` is the global batch: every rank must take an equal share."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if not _joined():
         return
     world = dist.get_world_size()
     if batch_size % world:
@@ -142,6 +146,8 @@ class DataParallel:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = device
         if device.type == "cuda":  # one BatchNorm over the global batch; gloo cannot (see README)
+            # In place (the layers are children; no model here is a bare BatchNorm), keeping the
+            # parameters the optimizer holds.
             torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         ids = [torch.cuda.current_device()] if device.type == "cuda" else None
         self.module = DistributedDataParallel(model, device_ids=ids)
@@ -179,6 +185,6 @@ def data_parallel(model: torch.nn.Module, device: torch.device) -> DataParallel 
     layers become SyncBatchNorm (statistics over the global batch, as in one process); on the
     CPU torch's SyncBatchNorm does not run (it refuses CPU tensors), so each rank normalises
     with the statistics of its own share of the batch."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if not _joined():
         return None
     return DataParallel(model, device)
