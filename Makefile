@@ -8,8 +8,9 @@ TORCH  ?= torch==2.14.1 torchvision==0.29.1
 SWEEP  ?= sampler=uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture seed=0,1,2
 PORT   ?= 5000
 JOBS   ?= 4
+NPROC  ?= 2
 
-.PHONY: help install install-browser install-server run sweep study paper test lint bench report ui server gpu-check clean
+.PHONY: help install install-browser install-server run sweep study paper ddp test lint bench report ui server gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -28,6 +29,9 @@ run: install  ## the default experiment (synthetic long-tailed data, MLP, unifor
 
 sweep: install  ## every sampler x 3 seeds, one parent MLflow run (SWEEP="..." to change)
 	$(PY) -m runner -m $(SWEEP)
+
+ddp: install  ## one run in NPROC processes with DDP (torchrun; ARGS="sampler=hard_mined ...")
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m runner $(ARGS)
 
 study: install  ## a study sweep, its report on the parent run (NAME=digits; conf/experiment/)
 	$(PY) -m runner -m +experiment=$(or $(NAME),$(STUDY),digits)

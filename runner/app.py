@@ -8,6 +8,7 @@ epoch numbers the console prints (1 = after the first epoch; 0 holds the data's 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -29,12 +30,14 @@ from tqdm import tqdm
 
 from runner.config import RunConfig, check_targets
 from runner.data import LongTailData
+from runner.distributed import check_batch_size, command, data_parallel, from_main
 from runner.errors import UserError
 from runner.evaluation import Evaluation, evaluate
 from runner.feeding import Feed, place
 from runner.losses import ClassWeightedLoss
 from runner.signals import Interrupted, raise_if_stopped, stop_on_signals
 from runner.tracking import (
+    Bystander,
     PreviousRun,
     Tracker,
     flatten,
@@ -186,6 +189,7 @@ def build_parts(cfg: DictConfig) -> Parts:
     """Validate the config and build every object, so that a bad value fails here."""
     check_targets(cfg)
     trainer = cfg.trainer
+    check_batch_size(trainer.batch_size)
     device = _device(trainer.device)
     if trainer.threads:
         torch.set_num_threads(trainer.threads)
@@ -197,6 +201,7 @@ def build_parts(cfg: DictConfig) -> Parts:
         "loss", cfg.loss, class_counts=data.train_counts, sampler=sampler, epochs=trainer.epochs
     )
     state = build_state(model.to(device), sampler, trainer, cfg.seed)
+    state.parallel = data_parallel(state.model, device)  # under torchrun
     return Parts(data, sampler, loss_fn.to(device), state, device)
 
 
@@ -286,21 +291,31 @@ def run(cfg: DictConfig) -> dict[str, float]:
     """Train and evaluate one configuration (or continue one with ``resume``); returns the
     final test metrics."""
     uri = resolve_uri(cfg.tracking.uri)
-    prepare_store(uri)
+    from_main(lambda: prepare_store(uri))  # under torchrun rank 0 decides, the others follow
     previous = None
     if cfg.resume:
-        cfg, previous = _resume_target(cfg, uri)
+        cfg, previous = from_main(lambda: _resume_target(cfg, uri), _without_client)
         if previous is not None and previous.status == "FINISHED":
             print(f"samplerlab: run {previous.run_id} already finished; nothing to resume")
             return {k: v for k, v in previous.metrics.items() if k.startswith("final/")}
     parts = build_parts(cfg)
     with stop_on_signals():
         if previous is not None:
-            tracker = Tracker.reopen(uri, previous.run_id)
+            tracker = from_main(lambda: Tracker.reopen(uri, previous.run_id), Bystander.of)
         else:
             choices, overrides = _choices(cfg)
-            tracker = start_tracking(cfg, parts.data, choices, overrides)
+            tracker = from_main(
+                lambda: start_tracking(cfg, parts.data, choices, overrides), Bystander.of
+            )
         return _train_tracked(cfg, parts, tracker, previous)
+
+
+def _without_client(
+    target: tuple[DictConfig, PreviousRun | None],
+) -> tuple[DictConfig, PreviousRun | None]:
+    """What ranks other than 0 receive of :func:`_resume_target`: they never read MLflow."""
+    cfg, previous = target
+    return cfg, dataclasses.replace(previous, client=None) if previous is not None else None
 
 
 def _train_tracked(
@@ -313,9 +328,8 @@ def _train_tracked(
     try:
         if previous is not None:
             logged_through = tracker.last_step("train/loss") or 0
-            saved = previous.checkpoint_file()
-            if saved is not None:
-                checkpoint = load_checkpoint(saved)
+            checkpoint = from_main(lambda: _saved_checkpoint(previous))
+            if checkpoint is not None:
                 parts.state.load_state_dict(checkpoint["train"])
                 progress = Progress.from_state(checkpoint["progress"])
             log.info(
@@ -331,7 +345,7 @@ def _train_tracked(
         if stop.safe:
             save_checkpoint(path, _checkpoint(parts, progress))
         tracker.finish("KILLED")
-        again = f"python -m runner resume={tracker.run_id}"
+        again = f"{command()} resume={tracker.run_id}"
         if cfg.tracking.uri:
             again += f" tracking.uri={cfg.tracking.uri}"
         print(
@@ -357,6 +371,11 @@ def _train_tracked(
         flush=True,
     )
     return summary
+
+
+def _saved_checkpoint(previous: PreviousRun) -> dict[str, Any] | None:
+    saved = previous.checkpoint_file()
+    return load_checkpoint(saved) if saved is not None else None
 
 
 def _checkpoint(parts: Parts, progress: Progress) -> dict[str, Any]:

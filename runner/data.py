@@ -507,25 +507,35 @@ def image_folder_lt(
     )
 
 
-def augment_batch(x: torch.Tensor, augment: Augment, generator: torch.Generator) -> torch.Tensor:
+def augment_batch(
+    x: torch.Tensor,
+    augment: Augment,
+    generator: torch.Generator,
+    share: tuple[int, int] = (0, 1),
+) -> torch.Tensor:
     """Horizontal flip, then a random crop of the zero-padded image, for a whole batch at once.
 
     Both are one gather from ``x``: every output pixel reads its source pixel (or is zero, in
     the padding), so neither a flipped nor a padded copy of the batch is made. The random
     numbers are drawn as by flipping and padding step by step (flips, then row and column
-    offsets), so a seed gives the same crops either way."""
+    offsets), so a seed gives the same crops either way.
+
+    ``share=(r, W)``: ``x`` is positions ``r, r + W, ...`` of a global batch W times as large
+    (one of W data-parallel ranks); the draws are the whole global batch's, from the same
+    generator, and ``x`` gets its positions' part, as one process augmenting it all would."""
+    rank, ranks = share
     n, channels, h, w = x.shape
+    drawn = n * ranks
     pad = augment.crop_padding
     if not augment.flip and pad == 0:
         return x
-    flip = (
-        torch.rand(n, generator=generator) < 0.5
-        if augment.flip
-        else torch.zeros(n, dtype=torch.bool)
-    )
+    if augment.flip:
+        flip = (torch.rand(drawn, generator=generator) < 0.5)[rank::ranks]
+    else:
+        flip = torch.zeros(n, dtype=torch.bool)
     if pad > 0:
-        dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator) - pad
-        dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator) - pad
+        dy = torch.randint(0, 2 * pad + 1, (drawn,), generator=generator)[rank::ranks] - pad
+        dx = torch.randint(0, 2 * pad + 1, (drawn,), generator=generator)[rank::ranks] - pad
     else:
         dy = dx = torch.zeros(n, dtype=torch.long)
     device = x.device

@@ -2,13 +2,14 @@
 cleanly: outside training they raise :class:`Interrupted` at once; inside
 :func:`stop_on_signals` with ``deferred=True`` (the training loop) they are held until the loop
 reaches a batch boundary and calls :func:`raise_if_stopped`, so a checkpoint is always taken
-from a consistent state. A second signal does not wait."""
+from a consistent state. A second signal does not wait. Under torchrun the ranks agree at every
+batch boundary (:func:`agreeing`), so that all of them stop at the same one."""
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -28,6 +29,8 @@ class Interrupted(BaseException):
 
 _pending: list[int] = []
 _deferring: list[bool] = []
+_agreements: list[Callable[[int], int]] = []
+_held: list[int] = []
 
 
 def _handle(signum: int, frame: object) -> None:
@@ -38,9 +41,50 @@ def _handle(signum: int, frame: object) -> None:
 
 
 def raise_if_stopped() -> None:
-    """At a safe point: raise :class:`Interrupted` if a signal arrived meanwhile."""
-    if _pending:
-        raise Interrupted(_pending.pop(), safe=True)
+    """At a safe point: raise :class:`Interrupted` if a signal arrived meanwhile (inside
+    :func:`agreeing`: if one arrived at any of the processes that agree)."""
+    signum = _pending.pop() if _pending else 0
+    if _agreements:
+        signum = _agreements[-1](signum)
+    if signum:
+        raise Interrupted(signum, safe=True)
+
+
+@contextmanager
+def agreeing(agree: Callable[[int], int]) -> Iterator[None]:
+    """Inside the block every :func:`raise_if_stopped` passes the signal it holds (0: none) to
+    ``agree``, which returns the signal to stop on: the same in every process that calls it at
+    the same point (e.g. a vote of torchrun's ranks). So every process must reach the same
+    safe points in the same order."""
+    _agreements.append(agree)
+    try:
+        yield
+    finally:
+        _agreements.pop()
+
+
+def _hold(signum: int, frame: object) -> None:
+    _held.append(signum)
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM while the block runs, e.g. a run's final status write, which a signal
+    must not cut short (torchrun sends one to every other rank when a rank fails); a signal
+    held is raised as :class:`Interrupted` when the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _hold) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if _held:
+        signum = _held[0]
+        _held.clear()
+        raise Interrupted(signum)
 
 
 @contextmanager

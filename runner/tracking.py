@@ -28,7 +28,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import UserError, exit_with
-from runner.signals import Interrupted
+from runner.signals import Interrupted, held
 
 PARENT_RUN_ENV = "SAMPLERLAB_PARENT_RUN_ID"
 _BATCH = 100  # MLflow accepts at most 100 params and 1000 metrics per log_batch call
@@ -271,9 +271,12 @@ class Tracker:
             self.client.log_artifacts(self.run_id, tmp)
 
     def finish(self, status: str = "FINISHED") -> None:
-        """End the run as FINISHED, FAILED or KILLED."""
+        """End the run as FINISHED, FAILED or KILLED. A signal meanwhile waits until the status
+        is written (then raises :class:`Interrupted`): a run must not stay RUNNING because
+        torchrun stopped this rank after another one failed."""
         RunStatus.from_string(status)  # rejects anything else
-        self.client.set_terminated(self.run_id, status=status)
+        with held():
+            self.client.set_terminated(self.run_id, status=status)
 
     def where(self) -> str:
         project_store = f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
@@ -284,6 +287,36 @@ class Tracker:
         else:
             ui = f"mlflow ui --backend-store-uri {self.uri}"
         return f"run {self.run_id} in experiment {self.experiment_id} at {self.uri} (browse: {ui})"
+
+
+class Bystander(Tracker):
+    """What a rank other than 0 holds in place of its :class:`Tracker` under torchrun: the run's
+    id and name, as rank 0 created or reopened it, and no MLflow at all (rank 0 alone writes)."""
+
+    def __init__(self, run_id: str, run_name: str) -> None:
+        self.run_id, self.run_name = run_id, run_name
+
+    @classmethod
+    def of(cls, tracker: Tracker) -> Bystander:
+        return cls(tracker.run_id, tracker.run_name)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        pass
+
+    def last_step(self, key: str) -> int | None:
+        return None
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        pass
+
+    def log_artifacts(self, files: Mapping[str, Any]) -> None:
+        pass
+
+    def finish(self, status: str = "FINISHED") -> None:
+        pass
+
+    def where(self) -> str:
+        return f"run {self.run_id}, recorded by rank 0"
 
 
 def find_run(client: MlflowClient, uri: str, run_id: str) -> Run:
@@ -405,7 +438,14 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # Hydra turns a callback's exceptions into warnings: a store that cannot take the sweep
         # must stop it here, before any job, so this exits itself.
+        from runner.distributed import launched
+
         try:
+            if launched():  # every rank would open its own parent and run every job alone
+                raise UserError(
+                    "-m under torchrun: torchrun trains one run at a time\n"
+                    "drop -m and launch one torchrun per configuration"
+                )
             self._open_parent(config)
         except UserError as error:
             exit_with(error)

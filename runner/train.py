@@ -19,6 +19,7 @@ import torch
 
 from runner.config import TrainerConfig
 from runner.data import Augment, augment_batch
+from runner.distributed import DataParallel, is_main
 from runner.feeding import Feed
 from samplers import Sampler
 
@@ -27,7 +28,12 @@ from samplers import Sampler
 class TrainState:
     """Everything a checkpoint or another process needs to continue training, also from the
     middle of an epoch: ``batch`` batches of epoch ``epoch`` are done, and their per-sample
-    losses and loss sum wait in ``epoch_losses`` / ``epoch_loss_sum`` for the epoch's end."""
+    losses and loss sum wait in ``epoch_losses`` / ``epoch_loss_sum`` for the epoch's end.
+
+    Under torchrun ``parallel`` is this rank's :class:`runner.distributed.DataParallel` and the
+    waiting losses are this rank's; :meth:`state_dict` (a collective then: every rank calls it)
+    saves them in the global order, and :meth:`load_state_dict` takes this rank's part back, so
+    a checkpoint is the same whichever rank writes it."""
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -40,9 +46,13 @@ class TrainState:
     batch: int = 0
     epoch_losses: torch.Tensor | None = None
     epoch_loss_sum: torch.Tensor | None = None
+    parallel: DataParallel | None = None
 
     def state_dict(self) -> dict[str, Any]:
         partial = self.batch > 0 and self.epoch_losses is not None
+        losses, loss_sum = self.epoch_losses, self.epoch_loss_sum
+        if partial and self.parallel is not None:
+            losses, loss_sum = self.parallel.gather(losses), self.parallel.total(loss_sum)
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -54,8 +64,8 @@ class TrainState:
             "classifier_only": self.classifier_only,
             "epoch": self.epoch,
             "batch": self.batch,
-            "epoch_losses": self.epoch_losses.cpu() if partial else None,
-            "epoch_loss_sum": self.epoch_loss_sum.cpu() if partial else None,
+            "epoch_losses": losses.cpu() if partial else None,
+            "epoch_loss_sum": loss_sum.cpu() if partial else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -71,6 +81,11 @@ class TrainState:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         self.epoch, self.batch = state["epoch"], state["batch"]
         self.epoch_losses, self.epoch_loss_sum = state["epoch_losses"], state["epoch_loss_sum"]
+        parallel = self.parallel
+        if parallel is not None and self.epoch_losses is not None:
+            self.epoch_losses = self.epoch_losses[parallel.rank :: parallel.world_size]
+            if not parallel.main:  # rank 0 carries the sum so far; the epoch's end adds them up
+                self.epoch_loss_sum = torch.zeros_like(self.epoch_loss_sum)
 
 
 class Diverged(Exception):
@@ -82,7 +97,10 @@ class Diverged(Exception):
 
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write atomically (temporary file, fsync, rename): a kill never leaves half a checkpoint."""
+    """Write atomically (temporary file, fsync, rename): a kill never leaves half a checkpoint.
+    Under torchrun rank 0 alone writes (every rank holds the same state)."""
+    if not is_main():
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(temporary, "wb") as file:
@@ -163,6 +181,8 @@ def start_classifier_stage(state: TrainState) -> None:
         if hasattr(layer, "reset_parameters"):
             layer.reset_parameters()
     classifier.requires_grad_(True)
+    if state.parallel is not None:  # DDP reduces the gradients of what trained when it was built
+        state.parallel = DataParallel(model, state.parallel.device)
     state.optimizer = _sgd(classifier.parameters(), cfg, cfg.classifier_lr or cfg.lr)
     steps = max(1, cfg.classifier_epochs * batches_per_epoch(state.sampler, cfg.batch_size))
     state.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -172,8 +192,12 @@ def start_classifier_stage(state: TrainState) -> None:
 
 
 def batches_per_epoch(sampler: Sampler, batch_size: int) -> int:
-    """Batch samplers (2-D epoch tensors) fix their own batches; others are cut into batch_size."""
-    return len(sampler) if sampler.batch_size else math.ceil(len(sampler) / batch_size)
+    """Batch samplers (2-D epoch tensors) fix their own batches; others are cut into batch_size.
+    Under torchrun every rank takes its part of each of those batches (``batch_size`` is the
+    global batch; the sampler's length is this rank's)."""
+    if sampler.batch_size:
+        return sampler.global_indices().shape[0]  # drawn now, kept for the epoch
+    return math.ceil(len(sampler) / (batch_size // sampler.world_size))
 
 
 def autocast(device: torch.device) -> AbstractContextManager:
@@ -203,10 +227,11 @@ def train_epoch(
     every batch on the CPU, every ``_CHECK_EVERY`` batches on a GPU, to avoid a sync per batch).
     """
     feed = train_x if isinstance(train_x, Feed) else Feed(train_x, train_x.device)
-    sampler, model, device = state.sampler, state.model, feed.device
+    sampler, model, device, parallel = state.sampler, state.model, feed.device, state.parallel
     sampler.set_epoch(state.epoch)
-    order = sampler.epoch_indices()
-    per_batch = order.shape[1] if order.dim() == 2 else batch_size  # batch samplers fix their own
+    order = sampler.epoch_indices() if parallel is None else parallel.order(sampler)
+    # Batch samplers fix their own batches; under torchrun each rank takes its part of a batch.
+    per_batch = order.shape[1] if order.dim() == 2 else batch_size // sampler.world_size
     delivered = order.reshape(-1)
     if delivered.numel() % per_batch == 1 and delivered.numel() > 1:
         delivered = delivered[:-1]  # a batch of one breaks BatchNorm; dropped, so not reported
@@ -218,15 +243,17 @@ def train_epoch(
     loss_sum = state.epoch_loss_sum = state.epoch_loss_sum.to(device)
     check_every = 1 if device.type == "cpu" else _CHECK_EVERY
     model.train(not state.classifier_only)
+    net = model if parallel is None else parallel.module  # the module that averages gradients
+    share = (0, 1) if parallel is None else (parallel.rank, parallel.world_size)
     batches = delivered.to(device, non_blocking=True).split(per_batch)
     inputs = feed.batches(delivered, per_batch, state.batch)  # x on the device, converted
     for number, x in zip(range(state.batch, len(batches)), inputs, strict=True):
         idx = batches[number]
         y = train_y.index_select(0, idx)
         if augment is not None:
-            x = augment_batch(x, augment, state.generator)
+            x = augment_batch(x, augment, state.generator, share)
         with autocast(device):
-            logits = model(x)
+            logits = net(x)
         weighted, ce = loss_fn(logits, y, state.epoch)
         loss = weighted.mean()
         state.optimizer.zero_grad(set_to_none=True)
@@ -241,9 +268,15 @@ def train_epoch(
             _check_finite(state, losses[: start + idx.numel()], per_batch)
         if on_batch is not None:
             on_batch(loss.detach())
+    trained = delivered.numel()
+    if parallel is not None:  # the whole epoch's feedback, in the global order, on every rank
+        trained *= parallel.world_size
+        loss_sum = parallel.total(loss_sum)
+        drawn = sampler.global_indices().numel()  # without the padding that evens out the ranks
+        delivered, losses = parallel.gather(delivered)[:drawn], parallel.gather(losses)[:drawn]
     losses_cpu = losses.cpu()
     sampler.update(delivered, losses_cpu)
-    mean_loss = float(loss_sum) / delivered.numel()
+    mean_loss = float(loss_sum) / trained
     state.epoch, state.batch, state.epoch_losses, state.epoch_loss_sum = (
         state.epoch + 1,
         0,
