@@ -6,15 +6,17 @@ Trains through the runner on the GPU (``trainer.device=auto``) and checks what t
 promises there: the model and the in-memory training data live on the device, the forward pass
 runs in bfloat16 autocast, the loss stays finite and the run records its final metrics (in a
 throwaway sqlite store). It prints one line per check and the seconds per epoch for the small CNN
-on digits and ResNet-32 on digits, and writes them as JSON with ``--out``.
-Without a CUDA device it says so in one line and exits 2. Not covered yet: several GPUs in one
-run (DDP through the runner is not built).
+on digits and ResNet-32 on digits, and writes them as JSON with ``--out``. With two GPUs or
+more it also trains one run in two processes (``torchrun``, nccl, SyncBatchNorm) and checks that
+exactly one MLflow run exists and FINISHED. Without a CUDA device it says so in one line and
+exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,6 +85,38 @@ def check_case(name: str, overrides: list[str], epochs: int) -> tuple[bool, dict
         }
 
 
+def check_two_ranks(epochs: int) -> tuple[bool, dict[str, float]]:
+    """One run of ResNet-32 on digits in two processes, one per GPU (nccl)."""
+    from mlflow.tracking import MlflowClient
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    with tempfile.TemporaryDirectory() as tmp:
+        uri = f"sqlite:///{tmp}/mlflow.db"
+        started = time.perf_counter()
+        done = subprocess.run(
+            [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "runner"]
+            + ["data=digits_lt", "model=resnet32", "sampler=hard_mined", "trainer.device=cuda"]
+            + [f"trainer.epochs={epochs}", "trainer.progress=false", f"tracking.uri={uri}"],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+        )
+        seconds = (time.perf_counter() - started) / epochs
+        ok = _check("resnet32-digits, 2 ranks (nccl): exit 0", done.returncode == 0)
+        if not ok:
+            print(done.stderr[-2000:], flush=True)
+            return False, {}
+        client = MlflowClient(uri)
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        ok &= _check(
+            "resnet32-digits, 2 ranks: one MLflow run, FINISHED",
+            [r.info.status for r in runs] == ["FINISHED"],
+            str([r.info.status for r in runs]),
+        )
+        print(f"     resnet32-digits, 2 ranks: {seconds:.3f} s per epoch (process start included)")
+        return ok, {"seconds_per_epoch": seconds}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -103,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         ok, figures = check_case(name, overrides, args.epochs)
         passed &= ok
         results[name] = figures
+    if torch.cuda.device_count() >= 2:
+        ok, figures = check_two_ranks(args.epochs)
+        passed &= ok
+        results["resnet32-digits-2-ranks"] = figures
+    else:
+        print("     one GPU: the two-process (nccl) check needs two; skipped", flush=True)
     results["passed"] = passed
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2))
