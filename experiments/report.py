@@ -792,6 +792,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="without --parent: its newest sweep, or all its runs when it has no sweep",
     )
     parser.add_argument(
+        "--all-runs",
+        action="store_true",
+        help="every run of --experiment, across its sweeps (e.g. a study run in parts)",
+    )
+    parser.add_argument(
         "--uri", default=None, help="tracking URI (default: the project store, as for runs)"
     )
     parser.add_argument("--baseline", default=BASELINE, help="the sampler compared against")
@@ -804,6 +809,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         client, uri = open_store(args.uri)
         if args.parent:
             parent: Run | None = get_run(client, uri, args.parent)
+        elif args.all_runs:
+            parent = None
         else:
             parent = latest_sweep(client, experiment_id(client, uri, args.experiment))
         if parent is not None:

@@ -199,6 +199,21 @@ def test_methods_are_compared_with_ce_and_with_the_published_table(tracking_uri)
     assert "not the error levels with the published ones" in md
 
 
+def test_all_runs_reports_every_sweep_of_an_experiment(tracking_uri, capsys):
+    for sampler in ("uniform", "hybrid"):  # two sweeps: a study run in two parts
+        parent = Tracker.start(tracking_uri, "study", "sweep", params={}, tags={"sweep": "parent"})
+        parent.finish()
+        for seed in (0, 1):
+            _run(tracking_uri, parent.run_id, sampler, seed, 0.5 + 0.1 * seed, 0.2)
+    assert main(["--experiment", "study", "--uri", tracking_uri, "--no-log"]) == 0
+    newest = capsys.readouterr().out
+    assert "| hybrid | 2 |" in newest and "| uniform |" not in newest
+    assert main(["--experiment", "study", "--all-runs", "--uri", tracking_uri]) == 0
+    both = capsys.readouterr().out
+    assert "| hybrid | 2 |" in both and "| uniform | 2 |" in both
+    assert "logged onto" not in both  # no single parent to log onto
+
+
 def test_empty_or_failed_sweeps_and_wrong_ids_get_a_line_not_a_traceback(tracking_uri):
     parent = Tracker.start(
         tracking_uri, "study", "sweep-empty", params={}, tags={"sweep": "parent"}
