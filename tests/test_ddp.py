@@ -30,6 +30,7 @@ CONFIG = [
     "data.n_max=200",
     "data.imbalance_factor=10",
     "trainer.epochs=8",
+    "trainer.classifier_epochs=2",  # and cRT's stage two: DDP rebuilt around the classifier
     "trainer.batch_size=128",
     "trainer.progress=false",
     "tracking.plots=false",
@@ -94,7 +95,7 @@ def _finished(process: subprocess.Popen, log: Path, uri: str, timeout: float = 3
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory, migrated_store):
-    """Starts everything; stops the two runs that must be stopped at epoch 2 of 8."""
+    """Starts everything; stops the two runs that must be stopped at epoch 2 of 10."""
     root = tmp_path_factory.mktemp("ddp")
     started = {}
 
@@ -116,7 +117,7 @@ def launched(tmp_path_factory, migrated_store):
     }
     deadline = time.monotonic() + 240
     while stops:
-        for name in [n for n in stops if "epoch 2/8" in started[n][1].read_text()]:
+        for name in [n for n in stops if "epoch 2/10" in started[n][1].read_text()]:
             time.sleep(0.1)  # into the third epoch
             stops.pop(name)(started[name][0])
         for name in stops:
