@@ -171,6 +171,7 @@ def test_a_bug_still_shows_its_traceback(tmp_path, tracking_uri):
             "data=digits_lt",
             "model._target_=torch.nn.Identity",
             "~model.width",
+            "~model.head",
             f"tracking.uri={tracking_uri}",
         ],
         cwd=tmp_path,
