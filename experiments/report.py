@@ -453,7 +453,11 @@ def _published(report: Report) -> None:
             continue
         run = members[0].runs[0]
         epochs = int(run.params.get("trainer.epochs", "0") or 0)
-        extra = int(run.params.get("trainer.classifier_epochs", "0") or 0)
+        extra = max(
+            int(r.params.get("trainer.classifier_epochs", "0") or 0)
+            for m in members
+            for r in m.runs
+        )
         ours = (
             f"{run.tags.get('model', '?')}, {epochs} epochs, batch "
             f"{run.params.get('trainer.batch_size', '?')}, lr {run.params.get('trainer.lr', '?')}, "
