@@ -3,6 +3,11 @@ set, as collected by Zhang et al. (2021), "Bag of tricks for long-tailed visual 
 deep convolutional neural networks" (AAAI), for CIFAR-LT with imbalance factor 100 and the
 ResNet-32 recipe of Cao et al. (2019). Method names are those of ``conf/method/``.
 
+The numbers are those the project's evidence issue (#8) quotes from that table; they were not
+re-checked against the paper here (no access offline). Some rows differ from the original papers'
+own reports (e.g. Cao et al. 2019 give 22.97 for LDAM-DRW on CIFAR-10-LT); these are the
+collected table's, as quoted.
+
 A study names its table with ``tracking.reference`` (conf/experiment/cifar10_lt_paper.yaml);
 the report then puts each method's measured error beside the published one."""
 

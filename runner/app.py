@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from runner.config import RunConfig, check_targets
 from runner.data import LongTailData
-from runner.distributed import check_batch_size, command, data_parallel, from_main
+from runner.distributed import check_batch_size, command, data_parallel, from_main, is_main
 from runner.errors import UserError
 from runner.evaluation import Evaluation, evaluate
 from runner.feeding import Feed, place
@@ -227,7 +227,10 @@ def start_tracking(
     cfg: DictConfig, data: LongTailData, choices: dict[str, str], overrides: list[str]
 ) -> Tracker:
     names = {group: choices[group] for group in ("sampler", "data", "model", "loss")}
-    if choices.get("method"):  # a published recipe (conf/method/): sampler, loss and settings
+    overridden = {o.split("=")[0].lstrip("+~") for o in overrides}
+    # A published recipe (conf/method/: sampler, loss and settings); not when sampler= or loss=
+    # on the command line replaced what the recipe chose.
+    if choices.get("method") and not overridden & {"sampler", "loss"}:
         names["method"] = choices["method"]
     tags = dict(names)
     if cfg.tracking.reference:
@@ -432,10 +435,16 @@ def train_and_track(
             except Diverged as diverged:
                 if epoch > logged_through and not np.isnan(diverged.mean_loss_before):
                     tracker.log_metrics({"train/loss": diverged.mean_loss_before}, step=epoch)
+                lr = "trainer.classifier_lr" if state.classifier_only else "trainer.lr"
+                value = trainer.classifier_lr if state.classifier_only else trainer.lr
                 raise UserError(
-                    f"trainer.lr={trainer.lr}: the training loss became non-finite at epoch "
+                    f"{lr}={value}: the training loss became non-finite at epoch "
                     f"{epoch}, batch {diverged.batch + 1}\n"
-                    "lower trainer.lr (or raise trainer.warmup_epochs)"
+                    + (
+                        f"lower {lr}"
+                        if state.classifier_only
+                        else "lower trainer.lr (or raise trainer.warmup_epochs)"
+                    )
                 ) from diverged
             finally:
                 bar.close()
@@ -534,7 +543,7 @@ def record_results(
     }
     if checkpoint_path.is_file():
         files["checkpoint/checkpoint.pt"] = checkpoint_path
-    if cfg.tracking.plots:
+    if cfg.tracking.plots and is_main():  # other ranks log nothing
         files.update(_figures(parts, progress, tracker.run_name))
     tracker.log_artifacts(files)
     for figure in files.values():

@@ -20,6 +20,7 @@ import torch
 from runner.config import TrainerConfig
 from runner.data import Augment, augment_batch
 from runner.distributed import DataParallel, is_main
+from runner.errors import UserError
 from runner.feeding import Feed
 from samplers import Sampler
 
@@ -62,6 +63,7 @@ class TrainState:
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "classifier_only": self.classifier_only,
+            "world_size": self.parallel.world_size if self.parallel is not None else 1,
             "epoch": self.epoch,
             "batch": self.batch,
             "epoch_losses": losses.cpu() if partial else None,
@@ -69,7 +71,13 @@ class TrainState:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["classifier_only"] and not self.classifier_only:
+        saved, now = state.get("world_size", 1), self.parallel.world_size if self.parallel else 1
+        if state["batch"] and saved != now:  # a rank's share of the epoch's batches would shift
+            raise UserError(
+                f"resume: the run stopped in the middle of an epoch in {saved} process(es), this "
+                f"is {now}; resume it with {saved} (torchrun --nproc_per_node={saved} when > 1)"
+            )
+        if state.get("classifier_only", False) and not self.classifier_only:
             start_classifier_stage(self)  # its optimizer, to load the saved one into
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -173,7 +181,8 @@ def start_classifier_stage(state: TrainState) -> None:
     those of stage one too. A fresh SGD (same momentum and weight decay) starts at
     ``classifier_lr`` (default ``lr``) and follows a cosine to zero over ``classifier_epochs``.
     The sampler decides what stage two draws (cRT: class-balanced, ``sampler=deferred`` with
-    ``switch_epoch=${trainer.epochs}``)."""
+    ``switch_epoch=${trainer.epochs}``). The classifier's re-initialisation is its layer's own
+    ``reset_parameters`` (torch's default for a linear layer)."""
     cfg, model = state.config, state.model
     classifier = model.classifier
     model.requires_grad_(False)
@@ -287,8 +296,12 @@ def train_epoch(
 
 
 def _check_finite(state: TrainState, losses_so_far: torch.Tensor, per_batch: int) -> None:
-    """Raise :class:`Diverged` naming the first batch whose loss is not finite."""
-    if bool(torch.isfinite(state.epoch_loss_sum)):
+    """Raise :class:`Diverged` naming the first batch whose loss is not finite. Under torchrun
+    the ranks check the sum over all of them, so that every rank stops at the same batch."""
+    loss_sum = state.epoch_loss_sum
+    if state.parallel is not None:
+        loss_sum = state.parallel.total(loss_sum)
+    if bool(torch.isfinite(loss_sum)):
         return
     bad = (~torch.isfinite(losses_so_far)).nonzero()
     # The weighted loss can overflow while the cross-entropy stays finite: then the last batch.

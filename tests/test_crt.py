@@ -132,3 +132,29 @@ def test_the_crt_method_records_both_stages_in_one_run(tmp_path, tracking_uri):
     assert shares[1] == pytest.approx(head) and shares[2] == pytest.approx(head)  # instance
     assert shares[3] == pytest.approx(1 / len(counts))  # class-balanced in stage two
     assert "4 epochs" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "overrides,method",
+    [(["method=crt"], "crt"), (["method=crt", "sampler=hard_mined"], None), (["loss=focal"], None)],
+)
+def test_a_run_is_tagged_with_its_method_only_when_the_recipe_chose_it(
+    overrides, method, tracking_uri
+):
+    """A study's run that replaces the recipe's sampler or loss is not that method's run."""
+    from hydra import compose, initialize_config_dir
+
+    from runner.app import build, start_tracking
+    from tests.conftest import ROOT
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", ["+experiment=cifar10_lt", *overrides], return_hydra_config=True)
+    choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items()}
+    del cfg.hydra
+    data = build("data", OmegaConf.create({"_target_": "runner.data.synthetic_lt", "n_max": 100}))
+    cfg.tracking.uri = tracking_uri
+    tracker = start_tracking(cfg, data, choices, ["+experiment=cifar10_lt", *overrides])
+    tracker.finish("FINISHED")
+    tags = MlflowClient(tracking_uri).get_run(tracker.run_id).data.tags
+    assert tags.get("method") == method
+    assert tracker.run_name.startswith(method or choices["sampler"])
