@@ -11,6 +11,7 @@ from urllib.parse import urlparse
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from runner import tracking
 from runner.tracking import resolve_uri
 
 
@@ -92,13 +93,8 @@ def get_run(client: MlflowClient, uri: str, run_id: str) -> Run:
 
 
 def child_runs(client: MlflowClient, parent: Run) -> list[Run]:
-    """Every (non-deleted) child run of a sweep's parent run, any status."""
-    runs = client.search_runs(
-        [parent.experiment_id],
-        filter_string=f"tags.mlflow.parentRunId = '{parent.run_id}'",
-        max_results=50_000,
-    )
-    return [_run(r) for r in runs]
+    """Every (non-deleted) child run of a sweep's parent run, any status, newest first."""
+    return [_run(r) for r in tracking.child_runs(client, parent.experiment_id, parent.run_id)]
 
 
 def experiment_runs(client: MlflowClient, experiment_id_: str) -> list[Run]:

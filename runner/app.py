@@ -377,8 +377,8 @@ def _train_tracked(
 
 
 def _saved_checkpoint(previous: PreviousRun) -> dict[str, Any] | None:
-    saved = previous.checkpoint_file()
-    return load_checkpoint(saved) if saved is not None else None
+    with previous.checkpoint_file() as saved:
+        return load_checkpoint(saved) if saved is not None else None
 
 
 def _checkpoint(parts: Parts, progress: Progress) -> dict[str, Any]:

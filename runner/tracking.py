@@ -354,18 +354,22 @@ class PreviousRun:
                 ) from error
             return Path(path).read_text()
 
-    def checkpoint_file(self) -> Path | None:
-        """Its last checkpoint: the local file its tag names, else its artifact, else None."""
+    @contextmanager
+    def checkpoint_file(self) -> Iterator[Path | None]:
+        """Its last checkpoint while the block runs: the local file its tag names, else its
+        artifact (downloaded to a temporary folder removed afterwards), else None."""
         local = Path(self.tags.get("checkpoint", ""))
         if self.tags.get("checkpoint") and local.is_file():
-            return local
-        folder = Path(tempfile.mkdtemp(prefix="samplerlab-resume-"))
-        try:
-            return Path(
-                self.client.download_artifacts(self.run_id, "checkpoint/checkpoint.pt", str(folder))
-            )
-        except Exception:
-            return None
+            yield local
+            return
+        with tempfile.TemporaryDirectory(prefix="samplerlab-resume-") as folder:
+            try:
+                path = self.client.download_artifacts(
+                    self.run_id, "checkpoint/checkpoint.pt", folder
+                )
+            except Exception:
+                path = None
+            yield Path(path) if path is not None else None
 
 
 def previous_run(uri: str, resume: str, config_key: str) -> PreviousRun | None:
@@ -375,7 +379,11 @@ def previous_run(uri: str, resume: str, config_key: str) -> PreviousRun | None:
     run = find_run(client, uri, resume)
     via_parent = run.data.tags.get("sweep") == "parent"
     if via_parent:
-        same = [c for c in child_runs(client, run) if c.data.tags.get("config_key") == config_key]
+        same = [
+            c
+            for c in child_runs(client, run.info.experiment_id, run.info.run_id)
+            if c.data.tags.get("config_key") == config_key
+        ]
         if not same:
             return None
         run = next((c for c in same if c.info.status == "FINISHED"), same[0])
@@ -389,11 +397,11 @@ def previous_run(uri: str, resume: str, config_key: str) -> PreviousRun | None:
     )
 
 
-def child_runs(client: MlflowClient, run: Run) -> list[Run]:
-    """The nested runs of a sweep's parent, newest first."""
+def child_runs(client: MlflowClient, experiment_id: str, parent_id: str) -> list[Run]:
+    """The (non-deleted) nested runs of a sweep's parent, any status, newest first."""
     return client.search_runs(
-        [run.info.experiment_id],
-        filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'",
+        [experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent_id}'",
         order_by=["attributes.start_time DESC"],
         max_results=50_000,
     )
