@@ -174,16 +174,19 @@ def _label(strategies: list[Strategy]) -> None:
         s.label = label
 
 
-def analyse(strategies: list[Strategy], baseline: str = BASELINE) -> list[Strategy]:
-    """Intervals per metric, paired differences to the baseline (``baseline`` among samplers,
-    plain cross-entropy among methods); best first within each (data, model, loss) block."""
+def analyse(strategies: list[Strategy], baseline: str | None = None) -> list[Strategy]:
+    """Intervals per metric, paired differences to the baseline; best first within each (data,
+    model, loss) block. The baseline of a block is ``baseline`` where the block has it, else
+    ``uniform`` among samplers and plain cross-entropy (``ce``) among methods."""
     for s in strategies:
         for metric in METRICS:
             values = list(s.values(metric).values())
             s.intervals[metric] = t_interval(values) if values else None
     for block in {s.block for s in strategies}:
         members = [s for s in strategies if s.block == block]
-        name = METHOD_BASELINE if block[2] == METHODS else baseline
+        name = METHOD_BASELINE if block[2] == METHODS else BASELINE
+        if any(s.sampler == baseline for s in members):
+            name = baseline
         candidates = [s for s in members if s.sampler == name]
         base = min(candidates, key=lambda s: len(s.label)) if candidates else None
         for s in members:
@@ -376,7 +379,7 @@ def _table(strategies: list[Strategy]) -> tuple[list[str], list[list[str]]]:
 
 
 def build_report(
-    runs: Sequence[Run], title: str, baseline: str = BASELINE, plots: bool = True
+    runs: Sequence[Run], title: str, baseline: str | None = None, plots: bool = True
 ) -> Report:
     finished = [r for r in runs if r.status == "FINISHED" and "sampler" in r.tags]
     left_out = [r for r in runs if r not in finished]
@@ -733,7 +736,7 @@ def _again(parent_run_id: str, uri: str) -> str:
     return cli, make, ui
 
 
-def publish(uri: str | None, parent_run_id: str, baseline: str = BASELINE) -> str:
+def publish(uri: str | None, parent_run_id: str, baseline: str | None = None) -> str:
     """Build the report of a sweep's child runs and log it onto its parent run (report.md,
     report.html, report_plots/*.png, summary/... metrics). Returns a short text for the
     console: the answer, where the report is, and how to rebuild it. Never raises for an empty
@@ -803,7 +806,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--uri", default=None, help="tracking URI (default: the project store, as for runs)"
     )
-    parser.add_argument("--baseline", default=BASELINE, help="the sampler compared against")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help=f"the sampler or method compared against (default: {BASELINE!r} among samplers, "
+        f"{METHOD_BASELINE!r} among methods)",
+    )
     parser.add_argument("--out", default=None, help="also write the report files to this folder")
     parser.add_argument(
         "--no-log", action="store_true", help="print only: log nothing onto the parent run"
@@ -827,6 +835,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"experiments.report: {err}", file=sys.stderr)
         return 2
     report = build_report(runs, title, args.baseline)
+    known = sorted({s.sampler for s in report.strategies})
+    if args.baseline and known and args.baseline not in known:
+        print(
+            f"experiments.report: --baseline {args.baseline!r}: no finished runs of it here\n"
+            f"pass one of {known}, or leave --baseline out (uniform / ce)",
+            file=sys.stderr,
+        )
+        return 2
     print(markdown(report, skip=("Plots", "Runs")))
     if args.out:
         out = Path(args.out)

@@ -162,7 +162,7 @@ def test_publish_logs_the_report_onto_the_parent_run(fake_sweep):
     assert publish(uri, parent) == text  # publishing again replaces, it does not add
 
 
-def test_methods_are_compared_with_ce_and_with_the_published_table(tracking_uri):
+def test_methods_are_compared_with_ce_and_with_the_published_table(tracking_uri, capsys):
     parent = Tracker.start(tracking_uri, "study", "sweep-m", params={}, tags={"sweep": "parent"})
     parent.finish()
     accuracies = {"ce": (0.70, 0.72, 0.74), "crt": (0.75, 0.74, 0.76), "hybrid": (0.73, 0.75, 0.77)}
@@ -197,6 +197,14 @@ def test_methods_are_compared_with_ce_and_with_the_published_table(tracking_uri)
     assert "Against the published table: CIFAR-10-LT, imbalance 100" in md
     assert "These runs: small_cnn, 12 epochs, batch 128, lr 0.1, data synthetic_lt." in md
     assert "not the error levels with the published ones" in md
+    # --baseline applies to methods too: crt - hybrid per seed 0.02, -0.01, -0.01 -> 0.0, s 0.01732.
+    cli = ["--parent", parent.run_id, "--uri", tracking_uri, "--no-log"]
+    assert main([*cli, "--baseline", "hybrid"]) == 0
+    out = capsys.readouterr().out
+    assert "crt vs hybrid on balanced accuracy: +0.0 points, 95% CI [-4.3, +4.3]" in out
+    assert "Δ bal. acc vs hybrid (points)" in out
+    assert main([*cli, "--baseline", "hybird"]) == 2
+    assert "--baseline 'hybird'" in capsys.readouterr().err
 
 
 def test_all_runs_reports_every_sweep_of_an_experiment(tracking_uri, capsys):
