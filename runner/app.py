@@ -351,12 +351,13 @@ def _train_tracked(
         again = f"{command()} resume={tracker.run_id}"
         if cfg.tracking.uri:
             again += f" tracking.uri={cfg.tracking.uri}"
-        print(
-            f"samplerlab: stopped by {stop.signal_name} at epoch {parts.state.epoch + 1}; "
-            f"run {tracker.run_id} is KILLED; continue it with: {again}",
-            file=sys.stderr,
-            flush=True,
-        )
+        if is_main():  # under torchrun, one line for the whole run
+            print(
+                f"samplerlab: stopped by {stop.signal_name} at epoch {parts.state.epoch + 1}; "
+                f"run {tracker.run_id} is KILLED; continue it with: {again}",
+                file=sys.stderr,
+                flush=True,
+            )
         raise
     except BaseException:
         tracker.finish("FAILED")
