@@ -2,7 +2,8 @@
 
 A run records the flattened resolved config as params, tags that make runs easy to filter, one
 ``log_batch`` per epoch (per-value ``log_metric`` costs 5-12 ms on sqlite), and artifacts. In a
-Hydra multirun, :class:`SweepCallback` opens one parent run and every job becomes its child.
+Hydra multirun, :class:`runner.sweep.SweepCallback` opens one parent run (:func:`open_sweep`) and
+every job becomes its child.
 """
 
 from __future__ import annotations
@@ -22,15 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
-from hydra.experimental.callback import Callback
 from mlflow.entities import Metric, Param, Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import UserError, exit_with
 from runner.signals import Interrupted, held
+from runner.sweep import PARENT_RUN_ENV
 
-PARENT_RUN_ENV = "SAMPLERLAB_PARENT_RUN_ID"
 _BATCH = 100  # MLflow accepts at most 100 params and 1000 metrics per log_batch call
 
 
@@ -429,90 +429,66 @@ def end_open_sweeps(error: BaseException) -> None:
             )
 
 
-class SweepCallback(Callback):
-    """Opens one parent MLflow run per Hydra multirun; each job joins it as a nested child run.
+def open_sweep(config: DictConfig) -> tuple[str, str]:
+    """The store and parent run of a starting multirun (:class:`runner.sweep.SweepCallback`): a
+    new parent, or with ``resume=`` the one named. A store that cannot take the sweep stops it
+    here, before any job (Hydra would turn the callback's exception into a warning)."""
+    from runner.distributed import launched
 
-    Works with the basic launcher and with hydra-joblib-launcher: the callback is pickled to the
-    workers with the parent's id, and ``on_job_start`` exports it to the job. With
-    ``resume=<parent run id>`` the sweep continues that parent instead of opening a new one. The
-    parent ends FINISHED when every job did; a failed or stopped sweep ends it FAILED or KILLED
-    (:func:`end_open_sweeps`), never RUNNING.
-    """
-
-    def __init__(self) -> None:
-        self.parent_run_id: str | None = None
-        self.uri: str | None = None
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        # Hydra turns a callback's exceptions into warnings: a store that cannot take the sweep
-        # must stop it here, before any job, so this exits itself.
-        from runner.distributed import launched
-
-        try:
-            if launched():  # every rank would open its own parent and run every job alone
-                raise UserError(
-                    "-m under torchrun: torchrun trains one run at a time\n"
-                    "drop -m and launch one torchrun per configuration"
-                )
-            self._open_parent(config)
-        except UserError as error:
-            exit_with(error)
-        print(f"samplerlab: sweep parent run {self.parent_run_id} ({self.uri})", flush=True)
-
-    def _open_parent(self, config: DictConfig) -> None:
-        self.uri = resolve_uri(config.tracking.uri)
-        prepare_store(self.uri)
-        client = MlflowClient(tracking_uri=self.uri)
-        if config.get("resume"):
-            parent = find_run(client, self.uri, config.resume)
-            if parent.data.tags.get("sweep") != "parent":
-                raise UserError(
-                    f"resume={config.resume!r} is not a sweep's parent run\n"
-                    "with -m, pass the parent run id the sweep printed; without -m, any run id"
-                )
-            client.update_run(parent.info.run_id, status="RUNNING")
-            self.parent_run_id = parent.info.run_id
-        else:
-            experiment_id = _experiment_id(client, self.uri, config.tracking.experiment)
-            overrides = OmegaConf.to_container(config.hydra.overrides.task)
-            run = client.create_run(
-                experiment_id,
-                run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
-                tags={
-                    "sweep": "parent",
-                    "overrides": " ".join(overrides),
-                    "git_commit": git_commit(),
-                },
+    try:
+        if launched():  # every rank would open its own parent and run every job alone
+            raise UserError(
+                "-m under torchrun: torchrun trains one run at a time\n"
+                "drop -m and launch one torchrun per configuration"
             )
-            self.parent_run_id = run.info.run_id
-        _open_sweeps[self.parent_run_id] = self.uri
+        uri = resolve_uri(config.tracking.uri)
+        prepare_store(uri)
+        parent_run_id = _parent_run(MlflowClient(tracking_uri=uri), uri, config)
+    except UserError as error:
+        exit_with(error)
+    _open_sweeps[parent_run_id] = uri
+    print(f"samplerlab: sweep parent run {parent_run_id} ({uri})", flush=True)
+    return uri, parent_run_id
 
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if self.parent_run_id:
-            os.environ[PARENT_RUN_ENV] = self.parent_run_id
 
-    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        os.environ.pop(PARENT_RUN_ENV, None)
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if not self.parent_run_id:
-            return
-        client = MlflowClient(tracking_uri=self.uri)
-        if client.get_run(self.parent_run_id).info.status == "RUNNING":
-            client.set_terminated(self.parent_run_id, status="FINISHED")
-        _open_sweeps.pop(self.parent_run_id, None)
-        # The answer on the parent run: a report that cannot be built never fails the sweep.
-        from experiments.report import publish
-
-        try:
-            print(publish(self.uri, self.parent_run_id), flush=True)
-        except Exception as error:
-            print(
-                f"samplerlab: the sweep's report failed ({type(error).__name__}: {error}); "
-                f"rebuild it with: python -m experiments.report --parent {self.parent_run_id}",
-                file=sys.stderr,
-                flush=True,
+def _parent_run(client: MlflowClient, uri: str, config: DictConfig) -> str:
+    if config.get("resume"):
+        parent = find_run(client, uri, config.resume)
+        if parent.data.tags.get("sweep") != "parent":
+            raise UserError(
+                f"resume={config.resume!r} is not a sweep's parent run\n"
+                "with -m, pass the parent run id the sweep printed; without -m, any run id"
             )
+        client.update_run(parent.info.run_id, status="RUNNING")
+        return parent.info.run_id
+    experiment_id = _experiment_id(client, uri, config.tracking.experiment)
+    overrides = OmegaConf.to_container(config.hydra.overrides.task)
+    run = client.create_run(
+        experiment_id,
+        run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
+        tags={"sweep": "parent", "overrides": " ".join(overrides), "git_commit": git_commit()},
+    )
+    return run.info.run_id
+
+
+def close_sweep(uri: str, parent_run_id: str) -> None:
+    """A multirun ended: its parent run FINISHED (unless a job's failure already ended it), and
+    the sweep's report logged onto it. A report that cannot be built never fails the sweep."""
+    client = MlflowClient(tracking_uri=uri)
+    if client.get_run(parent_run_id).info.status == "RUNNING":
+        client.set_terminated(parent_run_id, status="FINISHED")
+    _open_sweeps.pop(parent_run_id, None)
+    from experiments.report import publish
+
+    try:
+        print(publish(uri, parent_run_id), flush=True)
+    except Exception as error:
+        print(
+            f"samplerlab: the sweep's report failed ({type(error).__name__}: {error}); "
+            f"rebuild it with: python -m experiments.report --parent {parent_run_id}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def log_to_run(
