@@ -12,14 +12,14 @@ Data: CIFAR-sized uint8 images (3x32x32) in memory, standardised per channel, au
   the finiteness check, the LR schedule);
 * evaluation: :meth:`runner.feeding.Feed.predict` against a bare forward over the same images.
 
-The loop's non-compute share is ``1 - bare / loop`` per image; and, less noisy, the loop's own
-work in milliseconds a batch, measured with a one-layer model, as a share of each model's bare
-step. Bare and loop measurements
+The loop's non-compute share is ``1 - bare / loop`` per image. Bare and loop measurements
 alternate, ``--repeats`` pairs, and the share is the median over the pairs (with its range), so
 that a machine that is busier for a while skews both halves of a pair alike. Reusing one batch
 for every bare step would flatter it: on the CPU, ResNet-32 ran ~4% faster on a batch already in
-the cache than on a new one, which is no overhead a loop could remove. Then the bare step of
-the small CNN and ResNet-32 in eager mode, channels-last, and compiled with ``torch.compile`` (when it compiles here).
+the cache than on new ones, which is no overhead a loop could remove. Less noisy: the loop's own
+work in milliseconds a batch, measured with a one-layer model, as a share of each model's bare
+step. Then the bare step of the small CNN and ResNet-32 in eager mode, channels-last, and
+compiled with ``torch.compile`` (when it compiles here).
 ``--device cuda`` measures the same on a GPU, in bfloat16 autocast as the runner trains there.
 
     python -m experiments.bench_loop [--batches 30] [--repeats 5] [--threads 0] [--no-compile]
@@ -185,7 +185,8 @@ def loop_overhead(args) -> float:
         return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
 
     loop, bare, *_ = _loop_and_bare(linear, batches, args.device)
-    _seconds(loop, args.device), _seconds(bare, args.device)  # warm-up
+    _seconds(loop, args.device)  # warm-up
+    _seconds(bare, args.device)
     repeats = range(3 * args.repeats)
     loop_s = min(_seconds(loop, args.device) for _ in repeats)
     bare_s = min(_seconds(bare, args.device) for _ in repeats)

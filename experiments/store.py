@@ -12,7 +12,6 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from runner import tracking
-from runner.tracking import resolve_uri
 
 
 class StoreError(Exception):
@@ -57,7 +56,7 @@ def _local_path(uri: str) -> Path | None:
 
 def open_store(uri: str | None) -> tuple[MlflowClient, str]:
     """A client for an existing store; StoreError when a local store is not there."""
-    resolved = resolve_uri(uri)
+    resolved = tracking.resolve_uri(uri)
     path = _local_path(resolved)
     if path is not None and not path.exists():
         raise StoreError(f"no store at {resolved} (nothing at {path}); check --uri / tracking.uri")
