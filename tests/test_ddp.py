@@ -1,6 +1,7 @@
 """Data-parallel runs under real torchrun (2 ranks, gloo on the CPU) against one process: the same
 metrics, one MLflow run per torchrun, a dead rank ends the run FAILED, SIGTERM ends it KILLED
-and resume continues it under torchrun, a batch the ranks cannot share is a user error.
+and resume continues it under torchrun, a batch the ranks cannot share and a sweep (-m) under
+torchrun are user errors.
 
 Every process starts at once (module fixture): on 2 cores their imports overlap."""
 
@@ -109,6 +110,7 @@ def launched(tmp_path_factory, migrated_store):
         start(sampler, [*TORCHRUN, "-m", "runner", f"sampler={sampler}", *CONFIG])
     start("killed_rank", [*TORCHRUN, "-m", "runner", "sampler=hard_mined", *CONFIG])
     start("odd_batch", [*TORCHRUN, "-m", "runner", *CONFIG, "trainer.batch_size=127"])
+    start("sweep", [*TORCHRUN, "-m", "runner", "-m", "seed=0,1", *CONFIG])
     # hard_mined is stopped by SIGTERM to torchrun and resumed in its test; the other run loses
     # rank 1 to SIGKILL. Both in the third epoch, just after rank 0 logged the second.
     stops = {
@@ -188,6 +190,13 @@ def test_a_rank_that_dies_fails_the_run(launched):
     assert process.wait(timeout=120) != 0
     (run,) = _runs(uri)
     assert run.info.status == "FAILED", log.read_text()[-3000:]
+
+
+def test_a_sweep_under_torchrun_is_a_user_error_before_any_run(launched):
+    process, log, uri = launched["sweep"]
+    assert process.wait(timeout=120) != 0
+    assert "samplerlab: -m under torchrun: torchrun trains one run at a time" in log.read_text()
+    assert _runs(uri) == []  # no parent run, no job
 
 
 def test_a_batch_the_ranks_cannot_share_is_a_user_error(launched):
