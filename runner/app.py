@@ -436,16 +436,15 @@ def train_and_track(
             except Diverged as diverged:
                 if epoch > logged_through and not np.isnan(diverged.mean_loss_before):
                     tracker.log_metrics({"train/loss": diverged.mean_loss_before}, step=epoch)
-                lr = "trainer.classifier_lr" if state.classifier_only else "trainer.lr"
-                value = trainer.classifier_lr if state.classifier_only else trainer.lr
+                if not state.classifier_only:
+                    setting = f"trainer.lr={trainer.lr}"
+                    fix = "lower trainer.lr (or raise trainer.warmup_epochs)"
+                else:  # cRT's stage two: its own lr, by default trainer.lr
+                    setting = f"trainer.classifier_lr={trainer.classifier_lr or trainer.lr}"
+                    fix = "set a lower trainer.classifier_lr"
                 raise UserError(
-                    f"{lr}={value}: the training loss became non-finite at epoch "
-                    f"{epoch}, batch {diverged.batch + 1}\n"
-                    + (
-                        f"lower {lr}"
-                        if state.classifier_only
-                        else "lower trainer.lr (or raise trainer.warmup_epochs)"
-                    )
+                    f"{setting}: the training loss became non-finite at epoch {epoch}, batch "
+                    f"{diverged.batch + 1}\n{fix}"
                 ) from diverged
             finally:
                 bar.close()

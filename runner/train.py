@@ -49,6 +49,11 @@ class TrainState:
     epoch_loss_sum: torch.Tensor | None = None
     parallel: DataParallel | None = None
 
+    @property
+    def world_size(self) -> int:
+        """How many processes train together (1 without torchrun)."""
+        return self.parallel.world_size if self.parallel is not None else 1
+
     def state_dict(self) -> dict[str, Any]:
         partial = self.batch > 0 and self.epoch_losses is not None
         losses, loss_sum = self.epoch_losses, self.epoch_loss_sum
@@ -63,7 +68,7 @@ class TrainState:
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "classifier_only": self.classifier_only,
-            "world_size": self.parallel.world_size if self.parallel is not None else 1,
+            "world_size": self.world_size,
             "epoch": self.epoch,
             "batch": self.batch,
             "epoch_losses": losses.cpu() if partial else None,
@@ -71,7 +76,7 @@ class TrainState:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        saved, now = state.get("world_size", 1), self.parallel.world_size if self.parallel else 1
+        saved, now = state.get("world_size", 1), self.world_size
         if state["batch"] and saved != now:  # a rank's share of the epoch's batches would shift
             raise UserError(
                 f"resume: the run stopped in the middle of an epoch in {saved} process(es), this "

@@ -80,6 +80,7 @@ def bad_inputs(tmp_path_factory, migrated_store):
         (["eval.few_shot=500"], "eval.few_shot"),
         # divergence: a FAILED run, never FINISHED
         (["trainer.lr=1e6", "trainer.warmup_epochs=0"], "trainer.lr"),
+        (["trainer.classifier_epochs=1", "trainer.classifier_lr=1e30"], "trainer.classifier_lr"),
         # sampler values
         (["sampler=annealed", "sampler.schedule=bogus"], "schedule"),
         (["sampler=annealed", "sampler.total_epochs=0"], "total_epochs"),
@@ -155,11 +156,12 @@ def test_every_bad_input_gets_one_or_two_lines_and_exit_2(bad_inputs):
     assert before.info.status == "KILLED" and before.data.metrics == {"kept": 1.0}
     runs = [r for r in runs if r.info.run_id != earlier]
     assert {r.info.status for r in runs} <= {"FAILED"}  # never RUNNING, never FINISHED
-    (diverged,) = runs
-    assert diverged.data.tags["sampler"] == "uniform"
-    assert "train/loss" not in diverged.data.metrics or np.isfinite(
-        diverged.data.metrics["train/loss"]
-    )
+    assert len(runs) == 2  # the two that diverged: in training, and in cRT's classifier stage
+    for diverged in runs:
+        assert diverged.data.tags["sampler"] == "uniform"
+        assert "train/loss" not in diverged.data.metrics or np.isfinite(
+            diverged.data.metrics["train/loss"]
+        )
 
 
 def test_a_bug_still_shows_its_traceback(tmp_path, tracking_uri):
