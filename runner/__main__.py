@@ -28,11 +28,11 @@ log = logging.getLogger("runner")
 def app(cfg: DictConfig) -> float:
     try:
         check_targets(cfg)  # config errors answer before the heavier imports below
-        from runner.app import run  # imported here so that --help and --cfg stay fast
+        from runner.app import objective, run  # here, so that --help and --cfg stay fast
         from runner.distributed import process_group
 
         with process_group(cfg.trainer.device):  # under torchrun; nothing in one process
-            return run(cfg)["final/balanced_accuracy"]
+            return objective(cfg, run(cfg))
     except UserError as error:
         if HydraConfig.get().mode == RunMode.RUN and not _verbose():
             exit_with(error)  # a single run stops here; a sweep's other jobs go on

@@ -24,11 +24,12 @@ import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from runner.config import RunConfig, check_targets
+from runner.config import RunConfig, check_objective, check_targets
 from runner.data import LongTailData
 from runner.distributed import check_batch_size, command, data_parallel, from_main, is_main
 from runner.errors import UserError
@@ -63,7 +64,23 @@ from samplers import Sampler, sampling_stats
 log = logging.getLogger("runner")
 
 # Keys that do not change what a run computes: they may differ between a run and its resumption.
-RUNTIME_KEYS = ("resume", "tracking.uri", "trainer.progress", "trainer.threads", "trainer.device")
+RUNTIME_KEYS = (
+    "resume",
+    "objective",
+    "objective_on_test",
+    "tracking.uri",
+    "trainer.progress",
+    "trainer.threads",
+    "trainer.device",
+)
+
+
+def active_sweeper() -> str | None:
+    """The ``_target_`` of the sweeper that launched this job (None outside a multirun)."""
+    if not HydraConfig.initialized():
+        return None
+    hydra = HydraConfig.get()
+    return str(hydra.sweeper._target_) if hydra.mode == RunMode.MULTIRUN else None
 
 
 def _choices(cfg: DictConfig) -> tuple[dict[str, str], list[str]]:
@@ -146,6 +163,7 @@ class Progress:
     drawn: list[np.ndarray] = field(default_factory=list)  # class shares per epoch, as drawn
     target: list[np.ndarray] = field(default_factory=list)  # ... as intended
     latest: Evaluation | None = None
+    latest_val: Evaluation | None = None  # the validation split's, at the same evaluation
     best: Evaluation | None = None  # on the test set, at the best epoch
     best_epoch: int = 0  # 1-based, as printed
     best_score: float = -1.0  # balanced accuracy the best epoch was chosen by
@@ -155,6 +173,7 @@ class Progress:
             "drawn": [torch.from_numpy(a) for a in self.drawn],
             "target": [torch.from_numpy(a) for a in self.target],
             "latest": self.latest.state_dict() if self.latest else None,
+            "latest_val": self.latest_val.state_dict() if self.latest_val else None,
             "best": self.best.state_dict() if self.best else None,
             "best_epoch": self.best_epoch,
             "best_score": self.best_score,
@@ -166,12 +185,13 @@ class Progress:
             return Evaluation.from_state(s) if s else None
 
         return cls(
-            [t.numpy() for t in state["drawn"]],
-            [t.numpy() for t in state["target"]],
-            evaluation(state["latest"]),
-            evaluation(state["best"]),
-            state["best_epoch"],
-            state["best_score"],
+            drawn=[t.numpy() for t in state["drawn"]],
+            target=[t.numpy() for t in state["target"]],
+            latest=evaluation(state["latest"]),
+            latest_val=evaluation(state.get("latest_val")),  # checkpoints before it have none
+            best=evaluation(state["best"]),
+            best_epoch=state["best_epoch"],
+            best_score=state["best_score"],
         )
 
 
@@ -290,9 +310,14 @@ def _resume_target(cfg: DictConfig, uri: str) -> tuple[DictConfig, PreviousRun |
     return saved, previous
 
 
+RESULT_PREFIXES = ("final/", "val/", "test/")
+
+
 def run(cfg: DictConfig) -> dict[str, float]:
     """Train and evaluate one configuration (or continue one with ``resume``); returns the
-    final test metrics."""
+    results: the final test metrics (``final/``) and the last evaluation's headline metrics
+    (``test/``, and ``val/`` with a validation split), from which :func:`objective` reads."""
+    check_objective(cfg, active_sweeper())
     uri = resolve_uri(cfg.tracking.uri)
     from_main(lambda: prepare_store(uri))  # under torchrun rank 0 decides, the others follow
     previous = None
@@ -300,7 +325,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
         cfg, previous = from_main(lambda: _resume_target(cfg, uri), _without_client)
         if previous is not None and previous.status == "FINISHED":
             print(f"samplerlab: run {previous.run_id} already finished; nothing to resume")
-            return {k: v for k, v in previous.metrics.items() if k.startswith("final/")}
+            return {k: v for k, v in previous.metrics.items() if k.startswith(RESULT_PREFIXES)}
     parts = build_parts(cfg)
     with stop_on_signals():
         if previous is not None:
@@ -464,6 +489,7 @@ def train_and_track(
                 if val_x is not None:  # the honest choice of the best epoch
                     validation = _evaluate(cfg, parts, val_x, data.val_y.numpy())
                     metrics.update(validation.metrics(names, "val"))
+                    progress.latest_val = validation
                     score = validation.balanced_accuracy
                 if score > progress.best_score:
                     progress.best, progress.best_epoch, progress.best_score = (
@@ -536,6 +562,9 @@ def record_results(
         chosen_on = "the validation split"
         summary.update({**best.metrics(names, "best"), "best/epoch": progress.best_epoch})
     tracker.log_metrics(summary, step=total_epochs(cfg.trainer))
+    results = {**summary, **final.headline("test")}
+    if progress.latest_val is not None:
+        results.update(progress.latest_val.headline("val"))
     files: dict[str, Any] = {
         "classification_report.txt": final.report,
         "best_classification_report.txt": f"best epoch {progress.best_epoch} of "
@@ -552,4 +581,10 @@ def record_results(
             import matplotlib.pyplot as plt
 
             plt.close(figure)
-    return summary
+    return results
+
+
+def objective(cfg: DictConfig, results: dict[str, float]) -> float:
+    """The value of ``cfg.objective`` in a run's results (NaN when the run has no such split:
+    a validation objective without a validation split, outside an optimising sweeper)."""
+    return float(results.get(cfg.objective, float("nan")))

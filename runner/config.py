@@ -18,6 +18,17 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from runner.errors import UserError
 
 SCHEDULES = ("cosine", "step", "constant")
+# The headline metrics every evaluation reports; an objective is one of them on a split.
+HEADLINE = (
+    "accuracy",
+    "balanced_accuracy",
+    "macro_f1",
+    "many_accuracy",
+    "medium_accuracy",
+    "few_accuracy",
+)
+OBJECTIVE_SPLITS = ("val", "test", "final")  # final/: the test set's last evaluation
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -62,6 +73,8 @@ class TrackingConfig:
 class RunConfig:
     seed: int = 0
     resume: str | None = None
+    objective: str = MISSING
+    objective_on_test: bool = MISSING
     data: Any = MISSING
     model: Any = MISSING
     sampler: Any = MISSING
@@ -184,3 +197,37 @@ def check_targets(cfg: DictConfig) -> None:
         _fail("tracking.experiment", "is empty; name an MLflow experiment (default: samplerlab)")
     if cfg.eval.few_shot > cfg.eval.many_shot:
         _fail("eval.few_shot", f"must not exceed eval.many_shot={cfg.eval.many_shot}")
+
+
+def has_validation_split(cfg: DictConfig) -> bool:
+    data = cfg.data
+    return bool(data.get("val_per_class") or data.get("val_fraction"))
+
+
+def check_objective(cfg: DictConfig, sweeper: str | None = None) -> None:
+    """``objective`` names a headline metric on a split; under an optimising sweeper (``sweeper``,
+    the target of ``hydra.sweeper``, anything but Hydra's basic one) it must not select on the
+    test set unless ``objective_on_test`` says so, and a validation objective needs a split."""
+    split, _, metric = str(cfg.objective).partition("/")
+    if split not in OBJECTIVE_SPLITS or metric not in HEADLINE:
+        _fail(
+            "objective",
+            f"{cfg.objective!r} is not a metric of a run; use <split>/<metric> with split in "
+            f"{OBJECTIVE_SPLITS} and metric in {HEADLINE} (default val/balanced_accuracy)",
+        )
+    if sweeper is None or sweeper == BASIC_SWEEPER:
+        return
+    name = sweeper.rsplit(".", 1)[-1]
+    if split != "val" and not cfg.objective_on_test:
+        raise UserError(
+            f"objective={cfg.objective}: the {name} sweeper would select on the test set\n"
+            "use objective=val/<metric> with a validation split (data.val_per_class=N or "
+            "data.val_fraction=F), or set objective_on_test=true knowingly"
+        )
+    if split == "val" and not has_validation_split(cfg):
+        raise UserError(
+            f"objective={cfg.objective}: the {name} sweeper needs a validation split, and "
+            f"data={cfg.data._target_.rsplit('.', 1)[-1]} has none\n"
+            "set data.val_per_class=N (N images of every class) or data.val_fraction=F (a share "
+            "of every class)"
+        )

@@ -8,14 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-HEADLINE = (
-    "accuracy",
-    "balanced_accuracy",
-    "macro_f1",
-    "many_accuracy",
-    "medium_accuracy",
-    "few_accuracy",
-)
+from runner.config import HEADLINE
+
 
 
 @dataclass
@@ -33,9 +27,14 @@ class Evaluation:
     confusion: np.ndarray
     report: str
 
+    def headline(self, prefix: str) -> dict[str, float]:
+        """The headline metrics as ``prefix/<name>`` (a shot group with no classes left out)."""
+        out = {f"{prefix}/{k}": float(getattr(self, k)) for k in HEADLINE}
+        return {k: v for k, v in out.items() if not np.isnan(v)}
+
     def metrics(self, class_names: list[str], prefix: str = "test") -> dict[str, float]:
         """Flat metric dict; a shot group with no classes (NaN) is left out."""
-        out = {f"{prefix}/{k}": float(getattr(self, k)) for k in HEADLINE}
+        out = self.headline(prefix)
         for per_class in ("recall", "precision", "f1"):
             for name, value in zip(class_names, getattr(self, per_class), strict=True):
                 out[f"{prefix}/{per_class}/{name}"] = float(value)

@@ -27,6 +27,7 @@ from mlflow.entities import Metric, Param, Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
+from runner.config import check_objective
 from runner.errors import UserError, exit_with
 from runner.signals import Interrupted, held
 from runner.sweep import PARENT_RUN_ENV
@@ -441,6 +442,7 @@ def open_sweep(config: DictConfig) -> tuple[str, str]:
                 "-m under torchrun: torchrun trains one run at a time\n"
                 "drop -m and launch one torchrun per configuration"
             )
+        check_objective(config, str(config.hydra.sweeper._target_))
         uri = resolve_uri(config.tracking.uri)
         prepare_store(uri)
         parent_run_id = _parent_run(MlflowClient(tracking_uri=uri), uri, config)
