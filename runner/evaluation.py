@@ -11,7 +11,6 @@ import torch
 from runner.config import HEADLINE
 
 
-
 @dataclass
 class Evaluation:
     accuracy: float
