@@ -44,6 +44,7 @@ from experiments.store import (
     latest_sweep,
     open_store,
 )
+from runner.config import RUNTIME_KEYS
 
 METRICS = {
     "accuracy": "accuracy",
@@ -63,9 +64,9 @@ METHODS = "methods"
 METHOD_BASELINE = "ce"
 GROUP_BY = ("data", "model", "loss", "sampler", "variant")
 # Overrides that do not change what is compared: the group choices (columns already), the seed,
-# where results go, and display settings. Anything else (sampler.q=0.5, data.imbalance_factor=50)
-# makes another configuration.
-SAME_CONFIGURATION = {"seed", "data", "model", "loss", "sampler", "method", "trainer.progress"}
+# and what does not change what a run computes (resume=, where results go, threads, workers).
+# Anything else (sampler.q=0.5, data.imbalance_factor=50) makes another configuration.
+SAME_CONFIGURATION = {"seed", "data", "model", "loss", "sampler", "method", *RUNTIME_KEYS}
 SAME_CONFIGURATION_PREFIXES = ("tracking.", "hydra.", "hydra/")
 SHOT_GROUPS = ("many", "medium", "few")
 
@@ -725,9 +726,9 @@ def report_files(report: Report) -> dict[str, Any]:
 
 
 def _again(parent_run_id: str, uri: str) -> str:
-    from runner.tracking import PROJECT_ROOT
+    from runner.stores import project_store
 
-    project = uri == f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
+    project = uri == project_store()
     cli = f"python -m experiments.report --parent {parent_run_id}" + (
         "" if project else f" --uri {uri}"
     )

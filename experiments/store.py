@@ -11,7 +11,8 @@ from urllib.parse import urlparse
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from runner import tracking
+from runner import stores, tracking
+from runner.errors import UserError
 
 
 class StoreError(Exception):
@@ -55,12 +56,29 @@ def _local_path(uri: str) -> Path | None:
 
 
 def open_store(uri: str | None) -> tuple[MlflowClient, str]:
-    """A client for an existing store; StoreError when a local store is not there."""
-    resolved = tracking.resolve_uri(uri)
+    """A client for an existing MLflow store; StoreError when there is none at ``uri`` (nothing,
+    an empty file, another application's database, a server or database that does not answer).
+    Nothing is created or migrated: the checks read sqlite files with SQLite's immutable flag."""
+    resolved = stores.resolve_uri(uri)
     path = _local_path(resolved)
     if path is not None and not path.exists():
         raise StoreError(f"no store at {resolved} (nothing at {path}); check --uri / tracking.uri")
-    return MlflowClient(tracking_uri=resolved), resolved
+    try:
+        if resolved.startswith("sqlite:///"):
+            stores.check_sqlite_store(resolved, "--uri", create=False)
+        elif resolved.split(":", 1)[0].split("+", 1)[0] in stores.DATABASES:
+            stores.check_database(resolved)
+        client = MlflowClient(tracking_uri=resolved)
+        with stores.quick_http():
+            client.search_experiments(max_results=1)
+    except UserError as error:
+        raise StoreError(str(error).replace("\n", "; ")) from None
+    except Exception as error:  # MLflow's own: a server that does not answer, an old schema
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+        raise StoreError(
+            f"cannot read the store at {resolved} ({type(error).__name__}: {first}); check --uri"
+        ) from None
+    return client, resolved
 
 
 def _run(r: Any) -> Run:

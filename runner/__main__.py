@@ -48,13 +48,16 @@ def main() -> None:
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         os.environ["SAMPLERLAB_TRACEBACK"] = "1"  # the user asked for tracebacks
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises; we report below
+    # MLflow draws a progress bar for every artifact it downloads (a resumed run's config):
+    # noise on stderr, where an error's one or two lines must stand alone.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
         with stop_on_signals():
             app()
     except BaseException as error:
-        tracking = sys.modules.get("runner.tracking")
-        if tracking is not None:
-            tracking.end_open_sweeps(error)  # a sweep's parent run never stays RUNNING
+        from runner.sweep import end_open_sweeps
+
+        end_open_sweeps(error)  # a sweep's parent run never stays RUNNING
         if isinstance(error, Interrupted):
             sys.exit(error.exit_code)
         if _verbose() or not is_user_error(error):

@@ -9,8 +9,6 @@ epoch numbers the console prints (1 = after the first epoch; 0 holds the data's 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import sys
 import tempfile
@@ -29,23 +27,33 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from runner.config import RunConfig, check_objective, check_targets
+from runner.config import (
+    RUNTIME_KEYS,
+    RunConfig,
+    check_objective,
+    check_targets,
+    config_key,
+    config_keys,
+    resolved,
+)
 from runner.data import LongTailData
 from runner.distributed import check_batch_size, command, data_parallel, from_main, is_main
 from runner.errors import UserError
 from runner.evaluation import Evaluation, evaluate
 from runner.feeding import Feed, place
-from runner.losses import ClassWeightedLoss
+from runner.losses import ClassWeightedLoss, LDAMLoss
 from runner.signals import Interrupted, raise_if_stopped, stop_on_signals
+from runner.stores import bound_http_retries, prepare_store, resolve_uri
+from runner.sweep import job_parent
 from runner.tracking import (
     Bystander,
     PreviousRun,
+    Row,
+    StoreLost,
     Tracker,
     flatten,
     git_commit,
-    prepare_store,
     previous_run,
-    resolve_uri,
 )
 from runner.train import (
     Diverged,
@@ -62,17 +70,6 @@ from runner.train import (
 from samplers import Sampler, sampling_stats
 
 log = logging.getLogger("runner")
-
-# Keys that do not change what a run computes: they may differ between a run and its resumption.
-RUNTIME_KEYS = (
-    "resume",
-    "objective",
-    "objective_on_test",
-    "tracking.uri",
-    "trainer.progress",
-    "trainer.threads",
-    "trainer.device",
-)
 
 
 def active_sweeper() -> str | None:
@@ -164,6 +161,7 @@ class Progress:
     target: list[np.ndarray] = field(default_factory=list)  # ... as intended
     latest: Evaluation | None = None
     latest_val: Evaluation | None = None  # the validation split's, at the same evaluation
+    unlogged: list[Row] = field(default_factory=list)  # metrics a lost store did not take
     best: Evaluation | None = None  # on the test set, at the best epoch
     best_epoch: int = 0  # 1-based, as printed
     best_score: float = -1.0  # balanced accuracy the best epoch was chosen by
@@ -177,6 +175,7 @@ class Progress:
             "best": self.best.state_dict() if self.best else None,
             "best_epoch": self.best_epoch,
             "best_score": self.best_score,
+            "unlogged": list(self.unlogged),
         }
 
     @classmethod
@@ -192,6 +191,7 @@ class Progress:
             best=evaluation(state["best"]),
             best_epoch=state["best_epoch"],
             best_score=state["best_score"],
+            unlogged=[tuple(row) for row in state.get("unlogged", [])],
         )
 
 
@@ -225,24 +225,6 @@ def build_parts(cfg: DictConfig) -> Parts:
     return Parts(data, sampler, loss_fn.to(device), state, device)
 
 
-def resolved(cfg: DictConfig) -> dict[str, Any]:
-    """The config with every interpolation resolved, as plain containers."""
-    return OmegaConf.to_container(cfg, resolve=True)
-
-
-def config_key(cfg: DictConfig) -> str:
-    """A fingerprint of what the run computes (the config less :data:`RUNTIME_KEYS`): a resumed
-    sweep recognises its finished jobs by it."""
-    plain = resolved(cfg)
-    for key in RUNTIME_KEYS:
-        *path, last = key.split(".")
-        node = plain
-        for part in path:
-            node = node.get(part, {})
-        node.pop(last, None)
-    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def start_tracking(
     cfg: DictConfig, data: LongTailData, choices: dict[str, str], overrides: list[str]
 ) -> Tracker:
@@ -269,6 +251,7 @@ def start_tracking(
         run_name=f"{names.get('method', names['sampler'])}-{names['data']}-s{cfg.seed}",
         params=params,
         tags=tags,
+        parent_run_id=job_parent(),
     )
     counts = {
         f"data/train_count/{n}": int(c)
@@ -283,9 +266,13 @@ def start_tracking(
     return tracker
 
 
-def _checkpoint_path(run_id: str) -> Path:
-    """Beside the run's Hydra output (outputs/... or multirun/.../<job>); outside Hydra, in the
+def _checkpoint_path(run_id: str, before: str | None = None) -> Path:
+    """Where the run checkpoints: for a resumed run, the file it checkpointed to before (its
+    ``checkpoint`` tag) while that folder is there, so that a run keeps one checkpoint; else
+    beside the run's Hydra output (outputs/... or multirun/.../<job>); outside Hydra, in the
     temporary folder."""
+    if before and Path(before).parent.is_dir():
+        return Path(before)
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir) / "checkpoint.pt"
     return Path(tempfile.gettempdir()) / "samplerlab-checkpoints" / run_id / "checkpoint.pt"
@@ -294,7 +281,7 @@ def _checkpoint_path(run_id: str) -> Path:
 def _resume_target(cfg: DictConfig, uri: str) -> tuple[DictConfig, PreviousRun | None]:
     """The config to run and the run to continue (None: start a new one, e.g. a sweep's job
     that did not run before)."""
-    previous = previous_run(uri, cfg.resume, config_key(cfg))
+    previous = previous_run(uri, cfg.resume, config_keys(cfg))
     if previous is None or previous.via_parent:
         return cfg, previous  # a sweep's job: its config is the sweep's
     _, overrides = _choices(cfg)
@@ -319,6 +306,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     (``test/``, and ``val/`` with a validation split), from which :func:`objective` reads."""
     check_objective(cfg, active_sweeper())
     uri = resolve_uri(cfg.tracking.uri)
+    bound_http_retries(cfg.tracking.retries, cfg.tracking.request_timeout)
     from_main(lambda: prepare_store(uri))  # under torchrun rank 0 decides, the others follow
     previous = None
     if cfg.resume:
@@ -327,6 +315,12 @@ def run(cfg: DictConfig) -> dict[str, float]:
             print(f"samplerlab: run {previous.run_id} already finished; nothing to resume")
             return {k: v for k, v in previous.metrics.items() if k.startswith(RESULT_PREFIXES)}
     parts = build_parts(cfg)
+    progress = Progress()
+    if previous is not None:  # before the run reopens: a checkpoint that fails leaves it as it was
+        checkpoint = from_main(lambda: _saved_checkpoint(previous))
+        if checkpoint is not None:
+            parts.state.load_state_dict(checkpoint["train"])
+            progress = Progress.from_state(checkpoint["progress"])
     with stop_on_signals():
         if previous is not None:
             tracker = from_main(lambda: Tracker.reopen(uri, previous.run_id), Bystander.of)
@@ -335,7 +329,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
             tracker = from_main(
                 lambda: start_tracking(cfg, parts.data, choices, overrides), Bystander.of
             )
-        return _train_tracked(cfg, parts, tracker, previous)
+        before = previous.tags.get("checkpoint") if previous is not None else None
+        return _train_tracked(cfg, parts, tracker, progress, previous is not None, before)
 
 
 def _without_client(
@@ -347,19 +342,22 @@ def _without_client(
 
 
 def _train_tracked(
-    cfg: DictConfig, parts: Parts, tracker: Tracker, previous: PreviousRun | None
+    cfg: DictConfig,
+    parts: Parts,
+    tracker: Tracker,
+    progress: Progress,
+    resumed: bool,
+    checkpointed_to: str | None,
 ) -> dict[str, float]:
     """Train with checkpoints, record the results, and end the run with the right status."""
     started = time.perf_counter()
-    path = _checkpoint_path(tracker.run_id)
-    progress, logged_through = Progress(), 0
+    path = _checkpoint_path(tracker.run_id, checkpointed_to)
+    logged_through = 0
     try:
-        if previous is not None:
+        if resumed:
+            tracker.log_rows(progress.unlogged)  # what a lost store did not take, at last
+            progress.unlogged = []
             logged_through = tracker.last_step("train/loss") or 0
-            checkpoint = from_main(lambda: _saved_checkpoint(previous))
-            if checkpoint is not None:
-                parts.state.load_state_dict(checkpoint["train"])
-                progress = Progress.from_state(checkpoint["progress"])
             log.info(
                 "resuming run %s at epoch %d%s",
                 tracker.run_id,
@@ -373,17 +371,22 @@ def _train_tracked(
         if stop.safe:
             save_checkpoint(path, _checkpoint(parts, progress))
         tracker.finish("KILLED")
-        again = f"{command()} resume={tracker.run_id}"
-        if cfg.tracking.uri:
-            again += f" tracking.uri={cfg.tracking.uri}"
         if is_main():  # under torchrun, one line for the whole run
             print(
                 f"samplerlab: stopped by {stop.signal_name} at epoch {parts.state.epoch + 1}; "
-                f"run {tracker.run_id} is KILLED; continue it with: {again}",
+                f"run {tracker.run_id} is KILLED; continue it with: {_again(cfg, tracker)}",
                 file=sys.stderr,
                 flush=True,
             )
         raise
+    except StoreLost as lost:  # the run cannot be ended there: it stays RUNNING until resumed
+        progress.unlogged.extend(lost.unlogged)
+        save_checkpoint(path, _checkpoint(parts, progress))
+        then = (
+            f"run {tracker.run_id} checkpointed to {path}; once the store answers again, "
+            f"continue it with: {_again(cfg, tracker)}"
+        )
+        raise StoreLost(f"{lost}\n{then}", lost.unlogged) from None
     except BaseException:
         tracker.finish("FAILED")
         raise
@@ -400,6 +403,12 @@ def _train_tracked(
         flush=True,
     )
     return summary
+
+
+def _again(cfg: DictConfig, tracker: Tracker) -> str:
+    """The command that continues this run."""
+    again = f"{command()} resume={tracker.run_id}"
+    return again + (f" tracking.uri={cfg.tracking.uri}" if cfg.tracking.uri else "")
 
 
 def _saved_checkpoint(previous: PreviousRun) -> dict[str, Any] | None:
@@ -461,12 +470,7 @@ def train_and_track(
             except Diverged as diverged:
                 if epoch > logged_through and not np.isnan(diverged.mean_loss_before):
                     tracker.log_metrics({"train/loss": diverged.mean_loss_before}, step=epoch)
-                if not state.classifier_only:
-                    setting = f"trainer.lr={trainer.lr}"
-                    fix = "lower trainer.lr (or raise trainer.warmup_epochs)"
-                else:  # cRT's stage two: its own lr, by default trainer.lr
-                    setting = f"trainer.classifier_lr={trainer.classifier_lr or trainer.lr}"
-                    fix = "set a lower trainer.classifier_lr"
+                setting, fix = _divergence_cause(cfg, parts, state.classifier_only)
                 raise UserError(
                     f"{setting}: the training loss became non-finite at epoch {epoch}, batch "
                     f"{diverged.batch + 1}\n{fix}"
@@ -510,6 +514,23 @@ def train_and_track(
             if every and (state.epoch % every == 0 or state.epoch == last):
                 save_checkpoint(checkpoint_path, _checkpoint(parts, progress))
             raise_if_stopped()
+
+
+def _divergence_cause(cfg: DictConfig, parts: Parts, classifier_only: bool) -> tuple[str, str]:
+    """The setting to blame for a non-finite loss and its fix. Every data source checks that its
+    samples are finite, so the inputs are not the cause; LDAM's scale on an unbounded linear
+    head is a known one, else the learning rate."""
+    trainer = cfg.trainer
+    if classifier_only:  # cRT's stage two: its own lr, by default trainer.lr
+        setting = f"trainer.classifier_lr={trainer.classifier_lr or trainer.lr}"
+        return setting, "set a lower trainer.classifier_lr"
+    if isinstance(parts.loss_fn, LDAMLoss) and cfg.model.get("head", "linear") != "cosine":
+        return (
+            f"loss=ldam (loss.scale={parts.loss_fn.scale}) on model.head={cfg.model.get('head')}",
+            "use model.head=cosine, the head LDAM's scale is meant for (+method=ldam_drw sets "
+            "both), or trainer.lr=0.01, or loss.scale=1",
+        )
+    return f"trainer.lr={trainer.lr}", "lower trainer.lr (or raise trainer.warmup_epochs)"
 
 
 def _evaluate(cfg: DictConfig, parts: Parts, x: Feed, y: np.ndarray) -> Evaluation:
@@ -561,7 +582,8 @@ def record_results(
     if parts.data.val_x is not None:
         chosen_on = "the validation split"
         summary.update({**best.metrics(names, "best"), "best/epoch": progress.best_epoch})
-    tracker.log_metrics(summary, step=total_epochs(cfg.trainer))
+    if tracker.last_step("final/balanced_accuracy") != total_epochs(cfg.trainer):
+        tracker.log_metrics(summary, step=total_epochs(cfg.trainer))  # once, also when resumed
     results = {**summary, **final.headline("test")}
     if progress.latest_val is not None:
         results.update(progress.latest_val.headline("val"))

@@ -5,7 +5,9 @@ composition, naming the key, before any work is done. Groups whose objects are b
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -67,6 +69,8 @@ class TrackingConfig:
     experiment: str = "samplerlab"
     plots: bool = True
     reference: str | None = None
+    retries: int = MISSING
+    request_timeout: int = MISSING
 
 
 @dataclass
@@ -195,6 +199,9 @@ def check_targets(cfg: DictConfig) -> None:
         )
     if not cfg.tracking.experiment or not str(cfg.tracking.experiment).strip():
         _fail("tracking.experiment", "is empty; name an MLflow experiment (default: samplerlab)")
+    for key, least in (("retries", 0), ("request_timeout", 1)):
+        if cfg.tracking[key] < least:
+            _fail(f"tracking.{key}", f"must be >= {least}, got {cfg.tracking[key]}")
     if cfg.eval.few_shot > cfg.eval.many_shot:
         _fail("eval.few_shot", f"must not exceed eval.many_shot={cfg.eval.many_shot}")
 
@@ -231,3 +238,79 @@ def check_objective(cfg: DictConfig, sweeper: str | None = None) -> None:
             "set data.val_per_class=N (N images of every class) or data.val_fraction=F (a share "
             "of every class)"
         )
+
+
+# Keys that do not change what a run computes: they may differ between a run and its resumption,
+# and between runs that are the same configuration (seeds aside).
+RUNTIME_KEYS = (
+    "resume",
+    "objective",
+    "objective_on_test",
+    "tracking.uri",
+    "tracking.retries",
+    "tracking.request_timeout",
+    "trainer.progress",
+    "trainer.threads",
+    "trainer.device",
+    "data.num_workers",
+    "data.in_memory",
+    "data.memory_budget_gb",
+)
+# The first fingerprint left out fewer keys, and configs had none of the keys added since (whose
+# default a run then had in effect): a run recorded with it is recognised by that computation.
+FIRST_RUNTIME_KEYS = (
+    "resume",
+    "tracking.uri",
+    "trainer.progress",
+    "trainer.threads",
+    "trainer.device",
+)
+ADDED_RUNTIME_KEYS = (
+    "objective",
+    "objective_on_test",
+    "tracking.retries",
+    "tracking.request_timeout",
+)
+ADDED_DEFAULTS = {"data.val_fraction": 0}  # keys added since, with the value runs had before
+
+
+def resolved(cfg: DictConfig) -> dict[str, Any]:
+    """The config with every interpolation resolved, as plain containers."""
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def _drop(plain: dict[str, Any], key: str) -> Any:
+    *path, last = key.split(".")
+    node = plain
+    for part in path:
+        node = node.get(part, {})
+    return node.pop(last, None)
+
+
+def _fingerprint(plain: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def config_key(cfg: DictConfig) -> str:
+    """A fingerprint of what the run computes (the config less :data:`RUNTIME_KEYS`): a resumed
+    sweep recognises its finished jobs by it (tag ``config_key``)."""
+    plain = resolved(cfg)
+    for key in RUNTIME_KEYS:
+        _drop(plain, key)
+    return _fingerprint(plain)
+
+
+def config_keys(cfg: DictConfig) -> set[str]:
+    """The fingerprints a run of ``cfg`` may have been recorded with: today's, and the first
+    computation's when ``cfg`` keeps the defaults of every key added since."""
+    keys = {config_key(cfg)}
+    plain = resolved(cfg)
+    for key in FIRST_RUNTIME_KEYS:
+        _drop(plain, key)
+    for key in ADDED_RUNTIME_KEYS:
+        _drop(plain, key)
+    for key, default in ADDED_DEFAULTS.items():
+        if _drop(plain, key) not in (None, default):
+            return keys  # a setting runs recorded before could not have had
+    keys.add(_fingerprint(plain))
+    return keys

@@ -261,6 +261,9 @@ def synthetic_lt(
         raise ValueError(
             "data: num_classes >= 2, dim >= 1, n_max >= 1 and test_per_class >= 1 are required"
         )
+    for name, value in (("separation", separation), ("noise", noise)):
+        if not (np.isfinite(value) and value >= 0):
+            raise ValueError(f"data.{name} must be a finite number >= 0, got {value}")
     rng = np.random.RandomState(data_seed)
     means = rng.randn(num_classes, dim) * separation / np.sqrt(dim) * np.sqrt(2)
 

@@ -14,7 +14,8 @@ EXIT_USER_ERROR = 2
 
 
 class UserError(Exception):
-    """A mistake the user can fix: the message names the parameter, the value and the fix."""
+    """A mistake the user can fix: the message names the parameter, the value and the fix.
+    A subclass may set ``exit_code`` (default :data:`EXIT_USER_ERROR`)."""
 
 
 def is_user_error(error: BaseException) -> bool:
@@ -42,4 +43,4 @@ def explain(error: BaseException) -> str:
 def exit_with(error: BaseException) -> NoReturn:
     """Print the user error in at most two lines and exit 2."""
     print(f"samplerlab: {explain(error)}", file=sys.stderr, flush=True)
-    sys.exit(EXIT_USER_ERROR)
+    sys.exit(getattr(error, "exit_code", EXIT_USER_ERROR))

@@ -31,12 +31,22 @@ _pending: list[int] = []
 _deferring: list[bool] = []
 _agreements: list[Callable[[int], int]] = []
 _held: list[int] = []
+_on_stop: list[Callable[[int], None]] = []
+
+
+def on_stop(hook: Callable[[int], None]) -> None:
+    """Run ``hook(signum)`` once, at the first signal that stops this process, before it
+    raises :class:`Interrupted` (a sweep passes the signal on to jobs in other processes and
+    waits for them there). A second signal meanwhile stops at once."""
+    _on_stop.append(hook)
 
 
 def _handle(signum: int, frame: object) -> None:
     if _deferring and _deferring[-1] and not _pending:
         _pending.append(signum)
         return
+    while _on_stop:
+        _on_stop.pop()(signum)
     raise Interrupted(signum)
 
 

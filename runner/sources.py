@@ -21,6 +21,7 @@ from torch.utils.data import Dataset
 from runner.data import Augment, Feeding, LongTailData, Normalize, _make_long_tailed
 
 STATS_SAMPLES = 2048  # images the per-channel mean and std are estimated from
+FINITE_CHECK_ROWS = 4096  # samples checked at a time: a memory-mapped file is read in pieces
 
 
 class SampleError(ValueError):
@@ -66,6 +67,11 @@ class Samples(Dataset):
                     f"data.dataset: sample {row} is {tuple(item.shape)} {item.dtype}, the first "
                     f"is {tuple(first.shape)} {first.dtype}; give every image one size with "
                     f"data.image_size=<pixels>"
+                )
+            if item.is_floating_point() and not bool(torch.isfinite(item).all()):
+                raise SampleError(
+                    f"data.dataset: sample {row} holds {_first_bad(item)} (not finite); every "
+                    f"sample must be finite: fix the dataset's sample {row} or its transform"
                 )
         return torch.stack(items)
 
@@ -269,6 +275,28 @@ def _load_tensor_file(path: Path, where: str) -> dict[str, Any]:
     raise ValueError(f"{where}: unknown file type {suffix or '(none)'}; use a .npz or .pt file")
 
 
+def _first_bad(x: torch.Tensor) -> float:
+    """The first non-finite value of ``x`` (which has one)."""
+    flat = x.reshape(-1)
+    return float(flat[~torch.isfinite(flat)][0])
+
+
+def check_finite(x: torch.Tensor, key: str, where: str, split: str) -> None:
+    """Float samples must be finite: a NaN or inf input makes every loss after it non-finite,
+    which would otherwise read as a learning rate that is too high. Names the first bad row."""
+    if not x.is_floating_point():
+        return  # integers (uint8 images) are finite
+    for start in range(0, len(x), FINITE_CHECK_ROWS):
+        chunk = x[start : start + FINITE_CHECK_ROWS].reshape(-1, max(1, x[0].numel()))
+        finite = torch.isfinite(chunk).all(dim=1)
+        if not bool(finite.all()):
+            row = start + int((~finite).nonzero()[0])
+            raise ValueError(
+                f"{where}: {key}[{row}] ({split}) holds {_first_bad(x[row])}, not a finite "
+                f"number; every sample must be finite: fix or drop row {row} of {key}"
+            )
+
+
 def _features(array: Any, key: str, where: str) -> torch.Tensor:
     x = torch.from_numpy(array) if isinstance(array, np.ndarray) else array
     if not torch.is_tensor(x) or x.dim() < 2:
@@ -319,6 +347,8 @@ def tensor_file(
     if ("x_test" in arrays) != ("y_test" in arrays):
         raise ValueError(f"{where}: has one of x_test and y_test; give both or neither")
     x = _features(arrays["x"], "x", where)
+    held = "training samples" if "x_test" in arrays else "training and test samples"
+    check_finite(x, "x", where, held)
     y = _check_labels(arrays["y"], "y", where, len(x))
     num_classes = int(y.max()) + 1 if y.size else 0
     if num_classes < 2:
@@ -327,6 +357,7 @@ def tensor_file(
     train = Samples(x)
     if "x_test" in arrays:
         x_test = _features(arrays["x_test"], "x_test", where)
+        check_finite(x_test, "x_test", where, "test samples")
         y_test = _check_labels(arrays["y_test"], "y_test", where, len(x_test))
         if y_test.size and y_test.max() >= num_classes:
             raise ValueError(

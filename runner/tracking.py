@@ -1,140 +1,65 @@
-"""MLflow tracking: the only module that imports mlflow.
+"""A run's MLflow record: the :class:`Tracker` the training loop writes to, and finding a run
+to resume.
 
 A run records the flattened resolved config as params, tags that make runs easy to filter, one
 ``log_batch`` per epoch (per-value ``log_metric`` costs 5-12 ms on sqlite), and artifacts. In a
-Hydra multirun, :class:`runner.sweep.SweepCallback` opens one parent run (:func:`open_sweep`) and
-every job becomes its child.
+Hydra multirun (:mod:`runner.sweep`) every run is the nested child of the sweep's parent run.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import mlflow
 from mlflow.entities import Metric, Param, Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
-from omegaconf import DictConfig, OmegaConf
 
-from runner.config import check_objective
-from runner.errors import UserError, exit_with
-from runner.signals import Interrupted, held
-from runner.sweep import PARENT_RUN_ENV
+from runner.errors import UserError
+from runner.signals import held
+from runner.stores import (
+    project_store,
+    quick_http,
+    resolve_uri,
+    store_error,
+)
 
 _BATCH = 100  # MLflow accepts at most 100 params and 1000 metrics per log_batch call
+T = TypeVar("T")
+Row = tuple[str, float, int, int]  # a metric: key, value, timestamp (ms), step
 
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+class StoreLost(UserError):
+    """The store stopped answering during a run, after MLflow's retries (bounded by
+    ``tracking.retries`` and ``tracking.request_timeout``). ``unlogged``: the metric rows it
+    may not have received, to send again when the run resumes."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later
+
+    def __init__(self, message: str, unlogged: list[Row]) -> None:
+        super().__init__(message)
+        self.unlogged = unlogged
+
+    @classmethod
+    def during(cls, uri: str, what: str, error: BaseException, unlogged: list[Row]) -> StoreLost:
+        first = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
+        return cls(
+            f"tracking.uri={uri!r}: the store stopped answering while {what} "
+            f"({type(error).__name__}: {first})",
+            unlogged,
+        )
 
 
-def resolve_uri(uri: str | None) -> str:
-    """The store to use: ``uri`` when given, else MLflow's own ``MLFLOW_TRACKING_URI`` when set,
-    else the project's sqlite store ``mlflow.db`` in the project folder (what ``make ui`` serves;
-    the launch directory when samplerlab is installed outside its source tree)."""
-    if uri:
-        return uri
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    home = PROJECT_ROOT if (PROJECT_ROOT / "pyproject.toml").is_file() else Path.cwd()
-    return f"sqlite:///{home / 'mlflow.db'}"
-
-
-def _store_error(uri: str, problem: str, fix: str) -> UserError:
-    return UserError(f"tracking.uri={uri!r}: {problem}\n{fix}")
-
-
-@contextmanager
-def _quick_http() -> Iterator[None]:
-    """MLflow retries an unreachable server for minutes; a check should take seconds."""
-    saved = {k: os.environ.get(k) for k in _QUICK_HTTP}
-    os.environ.update(_QUICK_HTTP)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-_QUICK_HTTP = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
-}
-
-
-def prepare_store(uri: str) -> None:
-    """Check, within seconds, that the store at ``uri`` is reachable and writable, and create
-    or migrate it once. A new sqlite store is migrated under an exclusive lock on its folder,
-    so processes that start together on it do not race MLflow's schema migrations."""
-    if uri.startswith("sqlite:///"):
-        path = Path(uri.removeprefix("sqlite:///"))
-        folder = path.parent
-        if not folder.is_dir():
-            raise _store_error(
-                uri,
-                f"the folder {folder} does not exist",
-                "create it, or drop the override to use the project store",
-            )
-        try:  # os.access says yes to root even where nothing can be written (/proc)
-            tempfile.TemporaryFile(dir=folder).close()
-            if path.exists():
-                open(path, "ab").close()
-        except OSError as error:
-            raise _store_error(
-                uri,
-                f"cannot write to {path} ({error.strerror})",
-                "choose a writable path, or drop the override to use the project store",
-            ) from error
-        descriptor = os.open(folder, os.O_RDONLY)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX)
-            _read_store(
-                uri, "not a usable MLflow store", "point tracking.uri at an MLflow sqlite file"
-            )
-        finally:
-            os.close(descriptor)  # releases the lock
-        return
-    if uri.startswith(("http://", "https://")):
-        try:
-            with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=5) as answer:
-                answer.read()
-        except (OSError, ValueError) as error:
-            raise _store_error(
-                uri,
-                f"no MLflow server answers there ({getattr(error, 'reason', error)})",
-                "start one (make server, or mlflow server --host 127.0.0.1 --port PORT), or drop the override to use the local store",
-            ) from error
-        return
-    _read_store(uri, "the store cannot be read", "check the URI")
-
-
-def _read_store(uri: str, problem: str, fix: str) -> None:
-    """One read, which also creates or migrates a database store."""
-    try:
-        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-    except Exception as error:
-        why = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
-        raise _store_error(
-            uri, f"{problem} ({why})", f"{fix}, or drop the override to use the project store"
-        ) from error
-
-
-def _experiment_id(client: MlflowClient, uri: str, name: str) -> str:
+def experiment_id(client: MlflowClient, uri: str, name: str) -> str:
     """The id of experiment ``name``, created if missing; a deleted one is an error."""
-    with _quick_http():
+    with quick_http():
         try:
             experiment = client.get_experiment_by_name(name)
             if experiment is not None and experiment.lifecycle_stage == "deleted":
@@ -158,7 +83,7 @@ def _experiment_id(client: MlflowClient, uri: str, name: str) -> str:
                     raise
                 return found.experiment_id
         except mlflow.exceptions.MlflowException as error:
-            raise _store_error(
+            raise store_error(
                 uri,
                 f"cannot create or open experiment {name!r} ({str(error).splitlines()[0][:200]})",
                 "check that the store is writable, or choose another tracking.experiment",
@@ -219,12 +144,11 @@ class Tracker:
     ) -> Tracker:
         uri = resolve_uri(uri)
         client = MlflowClient(tracking_uri=uri)
-        experiment_id = _experiment_id(client, uri, experiment)
+        experiment = experiment_id(client, uri, experiment)
         tags = dict(tags)
-        parent_run_id = parent_run_id or os.environ.get(PARENT_RUN_ENV)
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
-        tracker = cls(client, uri, client.create_run(experiment_id, run_name=run_name, tags=tags))
+        tracker = cls(client, uri, client.create_run(experiment, run_name=run_name, tags=tags))
         try:
             for chunk in _chunks([Param(k, v[:6000]) for k, v in params.items()], _BATCH):
                 client.log_batch(tracker.run_id, params=chunk)
@@ -241,19 +165,39 @@ class Tracker:
         client.update_run(run_id, status="RUNNING")
         return cls(client, uri, run)
 
+    def _call(self, what: str, action: Callable[[], T], unlogged: list[Row] | None = None) -> T:
+        """``action()``; a store that fails it (MLflow's bounded retries spent) is a
+        :class:`StoreLost` carrying the metric rows that did not reach it."""
+        try:
+            return action()
+        except Exception as error:
+            raise StoreLost.during(self.uri, what, error, unlogged or []) from error
+
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         now = int(time.time() * 1000)
-        rows = [Metric(k, float(v), now, step) for k, v in metrics.items()]
-        for chunk in _chunks(rows, 1000):
-            self.client.log_batch(self.run_id, metrics=chunk)
+        self.log_rows([(k, float(v), now, step) for k, v in metrics.items()])
+
+    def log_rows(self, rows: list[Row]) -> None:
+        """Metric rows ``(key, value, timestamp, step)``: logging the same row twice is a no-op,
+        so rows that a lost store may or may not have taken can be sent again."""
+        for start in range(0, len(rows), 1000):
+            chunk = [Metric(*row) for row in rows[start : start + 1000]]
+            self._call(
+                f"logging metrics at step {rows[start][3]}",
+                lambda chunk=chunk: self.client.log_batch(self.run_id, metrics=chunk),
+                rows[start:],
+            )
 
     def last_step(self, key: str) -> int | None:
         """The highest step logged for metric ``key`` (None when it has none)."""
-        history = self.client.get_metric_history(self.run_id, key)
+        history = self._call(
+            "reading the metric history", lambda: self.client.get_metric_history(self.run_id, key)
+        )
         return max((m.step for m in history), default=None)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        batch = [RunTag(k, v) for k, v in tags.items()]
+        self._call("setting tags", lambda: self.client.log_batch(self.run_id, tags=batch))
 
     def log_artifacts(self, files: Mapping[str, Any]) -> None:
         """Write ``{relative path: str | bytes | Path | matplotlib figure}`` and upload them in one go."""
@@ -269,7 +213,7 @@ class Tracker:
                     shutil.copyfile(content, path)
                 else:
                     content.savefig(path, dpi=110, bbox_inches="tight")
-            self.client.log_artifacts(self.run_id, tmp)
+            self._call("uploading artifacts", lambda: self.client.log_artifacts(self.run_id, tmp))
 
     def finish(self, status: str = "FINISHED") -> None:
         """End the run as FINISHED, FAILED or KILLED. A signal meanwhile waits until the status
@@ -280,10 +224,9 @@ class Tracker:
             self.client.set_terminated(self.run_id, status=status)
 
     def where(self) -> str:
-        project_store = f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
         if self.uri.startswith(("http://", "https://")):
             ui = f"{self.uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
-        elif self.uri == project_store:
+        elif self.uri == project_store():
             ui = "make ui"
         else:
             ui = f"mlflow ui --backend-store-uri {self.uri}"
@@ -373,9 +316,10 @@ class PreviousRun:
             yield Path(path) if path is not None else None
 
 
-def previous_run(uri: str, resume: str, config_key: str) -> PreviousRun | None:
-    """The run ``resume`` names; for a sweep's parent, its child with ``config_key`` (a finished
-    one first, else the newest; None when the sweep never ran that job)."""
+def previous_run(uri: str, resume: str, config_keys: set[str]) -> PreviousRun | None:
+    """The run ``resume`` names; for a sweep's parent, its child whose ``config_key`` is one of
+    ``config_keys`` (a finished one first, else the newest; None when the sweep never ran that
+    job)."""
     client = MlflowClient(tracking_uri=uri)
     run = find_run(client, uri, resume)
     via_parent = run.data.tags.get("sweep") == "parent"
@@ -383,7 +327,7 @@ def previous_run(uri: str, resume: str, config_key: str) -> PreviousRun | None:
         same = [
             c
             for c in child_runs(client, run.info.experiment_id, run.info.run_id)
-            if c.data.tags.get("config_key") == config_key
+            if c.data.tags.get("config_key") in config_keys
         ]
         if not same:
             return None
@@ -406,91 +350,6 @@ def child_runs(client: MlflowClient, experiment_id: str, parent_id: str) -> list
         order_by=["attributes.start_time DESC"],
         max_results=50_000,
     )
-
-
-_open_sweeps: dict[str, str] = {}  # parent run id -> store, for the sweeps this process opened
-
-
-def end_open_sweeps(error: BaseException) -> None:
-    """End the parent runs this process opened and did not finish: KILLED when stopped by a
-    signal or Ctrl-C, FAILED otherwise. Called when a sweep ends with an exception."""
-    stopped = isinstance(error, (Interrupted, KeyboardInterrupt))
-    for run_id, uri in list(_open_sweeps.items()):
-        try:
-            MlflowClient(tracking_uri=uri).set_terminated(
-                run_id, status="KILLED" if stopped else "FAILED"
-            )
-        except Exception as failure:  # the store itself may be what failed
-            print(f"samplerlab: could not end sweep run {run_id}: {failure}", file=sys.stderr)
-        _open_sweeps.pop(run_id, None)
-        if stopped:
-            print(
-                f"samplerlab: sweep stopped; continue it with the same command plus resume={run_id}",
-                file=sys.stderr,
-            )
-
-
-def open_sweep(config: DictConfig) -> tuple[str, str]:
-    """The store and parent run of a starting multirun (:class:`runner.sweep.SweepCallback`): a
-    new parent, or with ``resume=`` the one named. A store that cannot take the sweep stops it
-    here, before any job (Hydra would turn the callback's exception into a warning)."""
-    from runner.distributed import launched
-
-    try:
-        if launched():  # every rank would open its own parent and run every job alone
-            raise UserError(
-                "-m under torchrun: torchrun trains one run at a time\n"
-                "drop -m and launch one torchrun per configuration"
-            )
-        check_objective(config, str(config.hydra.sweeper._target_))
-        uri = resolve_uri(config.tracking.uri)
-        prepare_store(uri)
-        parent_run_id = _parent_run(MlflowClient(tracking_uri=uri), uri, config)
-    except UserError as error:
-        exit_with(error)
-    _open_sweeps[parent_run_id] = uri
-    print(f"samplerlab: sweep parent run {parent_run_id} ({uri})", flush=True)
-    return uri, parent_run_id
-
-
-def _parent_run(client: MlflowClient, uri: str, config: DictConfig) -> str:
-    if config.get("resume"):
-        parent = find_run(client, uri, config.resume)
-        if parent.data.tags.get("sweep") != "parent":
-            raise UserError(
-                f"resume={config.resume!r} is not a sweep's parent run\n"
-                "with -m, pass the parent run id the sweep printed; without -m, any run id"
-            )
-        client.update_run(parent.info.run_id, status="RUNNING")
-        return parent.info.run_id
-    experiment_id = _experiment_id(client, uri, config.tracking.experiment)
-    overrides = OmegaConf.to_container(config.hydra.overrides.task)
-    run = client.create_run(
-        experiment_id,
-        run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
-        tags={"sweep": "parent", "overrides": " ".join(overrides), "git_commit": git_commit()},
-    )
-    return run.info.run_id
-
-
-def close_sweep(uri: str, parent_run_id: str) -> None:
-    """A multirun ended: its parent run FINISHED (unless a job's failure already ended it), and
-    the sweep's report logged onto it. A report that cannot be built never fails the sweep."""
-    client = MlflowClient(tracking_uri=uri)
-    if client.get_run(parent_run_id).info.status == "RUNNING":
-        client.set_terminated(parent_run_id, status="FINISHED")
-    _open_sweeps.pop(parent_run_id, None)
-    from experiments.report import publish
-
-    try:
-        print(publish(uri, parent_run_id), flush=True)
-    except Exception as error:
-        print(
-            f"samplerlab: the sweep's report failed ({type(error).__name__}: {error}); "
-            f"rebuild it with: python -m experiments.report --parent {parent_run_id}",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def log_to_run(

@@ -7,8 +7,10 @@ A run has one stage, or two with ``trainer.classifier_epochs`` (cRT, Kang et al.
 
 from __future__ import annotations
 
+import io
 import math
 import os
+import shutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -110,22 +112,63 @@ class Diverged(Exception):
 
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write atomically (temporary file, fsync, rename): a kill never leaves half a checkpoint.
-    Under torchrun rank 0 alone writes (every rank holds the same state)."""
+    """Write atomically (temporary file, fsync, rename): a kill never leaves half a checkpoint,
+    and a failed write (a full disk, a file-size limit, no permission) removes its temporary
+    file, keeps the previous checkpoint and raises a :class:`UserError` naming the folder and
+    the space needed. Under torchrun rank 0 alone writes (every rank holds the same state).
+
+    The payload is serialised in memory first (a checkpoint is megabytes): torch's own file
+    writer reports a failed write as an opaque internal error, a plain write as the OSError it
+    is."""
     if not is_main():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "wb") as file:
-        torch.save(payload, file)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(temporary, "wb") as file:
+            file.write(buffer.getbuffer())
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise _unwritable(path, buffer.getbuffer().nbytes, error) from None
+
+
+def _unwritable(path: Path, needed: int, error: OSError) -> UserError:
+    try:
+        free = f"{shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free there"
+    except OSError:
+        free = "free space unknown"
+    kept = "the previous checkpoint is kept" if path.is_file() else "there is no earlier checkpoint"
+    return UserError(
+        f"checkpoint: cannot write {path.name} to {path.parent} ({error.strerror or error}; it "
+        f"needs {needed / 2**20:.1f} MiB, {free}); {kept}\n"
+        "free space there (or raise the file-size limit), then resume=<run id> continues the run "
+        "from its last checkpoint"
+    )
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Tensors and plain containers only (``weights_only=True``): no code runs on load."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """Tensors and plain containers only (``weights_only=True``): no code runs on load. A file
+    that cannot be read as one (truncated, not a checkpoint) is a :class:`UserError` naming it."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many kinds for a bad file
+        first = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
+        raise UserError(
+            f"resume: cannot read the checkpoint {path} ({type(error).__name__}: {first})\n"
+            "the run is left as it was; restore the file (its MLflow artifact "
+            "checkpoint/checkpoint.pt, if the run logged one), or start a new run without resume"
+        ) from None
+    if not isinstance(checkpoint, dict) or not {"train", "progress"} <= set(checkpoint):
+        raise UserError(
+            f"resume: {path} is not a samplerlab checkpoint (no training state in it)\n"
+            "the run is left as it was; restore the file, or start a new run without resume"
+        )
+    return checkpoint
 
 
 @dataclass

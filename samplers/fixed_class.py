@@ -74,7 +74,9 @@ class FixedClassSampler(Sampler):
         if quotas is not None:
             if classes_per_batch is not None or samples_per_class is not None:
                 raise ValueError(
-                    "give either quotas or classes_per_batch with samples_per_class, not both"
+                    "give either quotas or classes_per_batch with samples_per_class, not both: "
+                    "with quotas, set classes_per_batch and samples_per_class to None (in the "
+                    "runner: sampler.classes_per_batch=null sampler.samples_per_class=null)"
                 )
             quota = torch.as_tensor(list(quotas), dtype=torch.long)
             if quota.numel() != self.num_classes:

@@ -27,7 +27,7 @@ def runs_of(uri: str):
 
 
 def test_default_store_is_in_the_project_folder(monkeypatch):
-    from runner.tracking import PROJECT_ROOT, resolve_uri
+    from runner.stores import PROJECT_ROOT, resolve_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert resolve_uri(None) == f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"

@@ -349,6 +349,37 @@ def test_bad_datasets_name_the_parameter_and_the_fix(tmp_path):
         )
 
 
+class NonFiniteDataset(CountingDataset):
+    """A user's class whose transform returns float images; one of them holds a NaN."""
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        image = super().__getitem__(i)[0].float() / 255
+        if i == 7:
+            image[0, 1, 1] = float("nan")
+        return image, self.targets[i]
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_a_dataset_that_decodes_a_non_finite_sample_is_named_before_training(in_memory):
+    """In memory every sample is read before anything is recorded; through a DataLoader the
+    sample is checked when read, and the epoch stops at it with the same one line."""
+    from runner.errors import UserError
+
+    data = torchvision_lt(
+        {"_target_": "tests.test_data_yours.NonFiniteDataset", "n_per_class": [6, 6]},
+        test_fraction=0.25,
+        in_memory=in_memory,
+        crop_padding=0,
+        flip=False,
+    )
+    with pytest.raises(UserError, match=r"data.dataset: sample 7 holds nan") as error:
+        placed = place(data, torch.device("cpu"))
+        feed = Feed(placed.train_x, torch.device("cpu"), num_workers=0)
+        list(feed.batches(torch.arange(len(feed)), 4))
+        list(Feed(placed.test_x, torch.device("cpu"), num_workers=0).batches(torch.arange(3), 4))
+    assert len(str(error.value).splitlines()) == 1
+
+
 def cli_cases(tmp: Path) -> list[tuple[list[str], str]]:
     """Bad files for ``tests/test_errors.py::bad_inputs`` (through the CLI: one or two lines,
     exit 2, no run recorded): the overrides and a string the message must hold."""
@@ -362,8 +393,34 @@ def cli_cases(tmp: Path) -> list[tuple[list[str], str]]:
         "float_y": _save(folder / "float_y.npz", x=X, y=Y.astype(np.float32)),
         "short_y": _save(folder / "short_y.pt", x=torch.zeros(10, 3), y=torch.zeros(7).long()),
     }
+    bad = np.random.RandomState(0).randn(40, 3).astype(np.float32)
+    labels = np.arange(40) % 2
+    nan_x, inf_test = bad.copy(), bad[:8].copy()
+    nan_x[13, 1], inf_test[5, 0] = np.nan, -np.inf
+    files.update(
+        nan_x=_save(folder / "nan_x.npz", x=nan_x, y=labels),
+        inf_x=_save(
+            folder / "inf_x.pt",
+            x=torch.from_numpy(nan_x).nan_to_num(nan=np.inf),
+            y=torch.from_numpy(labels),
+        ),
+        nan_test=_save(
+            folder / "nan_test.pt",
+            x=torch.from_numpy(bad),
+            y=torch.from_numpy(labels),
+            x_test=torch.from_numpy(nan_x[10:18]),
+            y_test=torch.from_numpy(labels[10:18]),
+        ),
+        inf_test=_save(
+            folder / "inf_test.npz", x=bad, y=labels, x_test=inf_test, y_test=labels[:8]
+        ),
+    )
     tensor = ["data=tensor_file"]
     return [
+        ([*tensor, f"data.path={files['nan_x']}"], "x[13] (training and test samples) holds nan"),
+        ([*tensor, f"data.path={files['inf_x']}"], "x[13] (training and test samples) holds inf"),
+        ([*tensor, f"data.path={files['nan_test']}"], "x_test[3] (test samples) holds nan"),
+        ([*tensor, f"data.path={files['inf_test']}"], "x_test[5] (test samples) holds -inf"),
         (tensor, "data.path"),
         ([*tensor, f"data.path={files['corrupt']}"], "cannot read it as .npz"),
         ([*tensor, f"data.path={files['no_y']}"], "missing key(s) ['y']"),

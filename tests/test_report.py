@@ -314,3 +314,36 @@ def test_every_study_is_a_hydra_experiment_config(study):
         assert set(axes.sampler.split(",")) >= {"uniform", "weighted", "hybrid"}
     assert axes.seed == "0,1,2"
     assert not any(cfg.hydra.runtime.choices[g] is None for g in ("data", "model", "loss"))
+
+
+def test_runtime_overrides_do_not_make_another_configuration():
+    """``resume=`` (a sweep finished with the parent's id) and every runtime key change nothing a
+    run computes: such runs are seeds of the same row, not rows of their own."""
+    from experiments.report import group_runs
+    from experiments.store import Run
+
+    def run(seed: int, overrides: str) -> Run:
+        tags = {"sampler": "hybrid", "data": "synthetic_lt", "model": "mlp", "loss": "ce"}
+        tags["overrides"] = f"sampler=hybrid seed={seed} {overrides}".strip()
+        return Run(f"r{seed}", "1", f"hybrid-s{seed}", "FINISHED", seed, tags, {"seed": str(seed)})
+
+    runs = [
+        run(0, ""),
+        run(1, "resume=0123abcd"),
+        run(2, "data.num_workers=2 data.in_memory=false trainer.threads=1 objective=val/accuracy"),
+        run(3, "sampler.q=0.25"),
+    ]
+    rows = {s.label: sorted(r.seed for r in s.runs) for s in group_runs(runs)}
+    assert rows == {"hybrid": [0, 1, 2], "hybrid [sampler.q=0.25]": [3]}
+
+
+def test_runs_recorded_before_the_fingerprint_changed_are_still_recognised():
+    """The default config's fingerprint as the first computation gave it (before runtime keys
+    and settings were added): a sweep resumed on old runs finds its finished jobs."""
+    from runner.config import config_key, config_keys
+    from tests.conftest import compose_config
+
+    cfg = compose_config([])
+    assert "c9b55afccdd269b2" in config_keys(cfg)
+    assert config_key(cfg) in config_keys(cfg)
+    assert "c9b55afccdd269b2" not in config_keys(compose_config(["data.imbalance_factor=50"]))

@@ -1,0 +1,340 @@
+"""Faults during a run, through the real CLI: a tracking server lost mid-run, a checkpoint that
+cannot be read or written, a sweep stopped while its jobs run in other processes. Each asserts
+the exit code, at most three lines, no traceback, and the store and files before and after."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from runner.server import free_port, wait_until_healthy
+from tests.test_resume import history, only_run, start, wait_for
+
+RUN = [sys.executable, "-m", "runner"]
+QUICK = ["trainer.progress=false", "tracking.plots=false", "trainer.threads=1"]
+
+
+def said(stderr: str) -> list[str]:
+    """The lines samplerlab printed to stderr (MLflow's own INFO lines left out)."""
+    return [line for line in stderr.splitlines() if line.strip() and " INFO " not in line]
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --- a tracking server lost mid-run ------------------------------------------------------
+
+
+def _server(port: int, folder: Path) -> subprocess.Popen:
+    """A real `mlflow server` on loopback over a sqlite store in ``folder``."""
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{folder / 'server.db'}",
+            "--artifacts-destination",
+            (folder / "artifacts").as_uri(),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its workers with it, to stop them all at once
+    )
+    wait_until_healthy(f"http://127.0.0.1:{port}", server)
+    return server
+
+
+def _kill(server: subprocess.Popen) -> None:
+    os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
+
+
+LOST = [
+    "data=digits_lt",
+    "model=small_cnn",
+    "model.width=8",
+    "trainer.batch_size=16",
+    "trainer.epochs=8",
+    "tracking.retries=1",
+    "tracking.request_timeout=2",
+    *QUICK,
+]
+
+
+def test_a_lost_server_stops_the_run_in_seconds_and_resume_loses_no_step(tmp_path):
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = _server(port, tmp_path)
+    log = tmp_path / "run.log"
+    try:
+        process = start([*LOST, f"tracking.uri={uri}"], tmp_path, log)
+        wait_for(log, "epoch 3/8", process)
+    finally:
+        _kill(server)
+    lost_at = time.monotonic()
+    assert process.wait(timeout=120) == 75, log.read_text()[-3000:]
+    seconds = time.monotonic() - lost_at
+    lines = said(log.read_text().split("epoch 3/8", 1)[1])
+    stop = [line for line in lines if line.startswith("samplerlab:")]
+    assert seconds < 60 and "Traceback" not in log.read_text(), log.read_text()[-3000:]
+    assert len(stop) == 1 and "tracking.uri" in stop[0], lines
+    (command,) = [line for line in lines if "continue it with: " in line]
+    checkpoint = Path(command.split("checkpointed to ", 1)[1].split(";", 1)[0])
+    assert checkpoint.is_file()
+    again = command.split("continue it with: ", 1)[1].split()
+    assert again[:3] == ["python", "-m", "runner"] and f"tracking.uri={uri}" in again
+
+    server = _server(port, tmp_path)  # the server is back, with its store
+    try:
+        resumed = subprocess.run(
+            [*RUN, *again[3:], "trainer.progress=false"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        client = MlflowClient(uri)
+        (run,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
+        assert run.info.status == "FINISHED"
+        steps = {k: [s for s, _ in v] for k, v in history(client, run.info.run_id).items()}
+    finally:
+        _kill(server)
+    assert steps["train/loss"] == list(range(1, 9))  # no epoch lost, none logged twice
+    assert steps["test/balanced_accuracy"] == list(range(1, 9))
+    assert steps["final/balanced_accuracy"] == [8]
+
+
+# --- checkpoints ---------------------------------------------------------------------------
+
+# The default width: a checkpoint (about 2.3 MB) larger than the store.
+STOPPED = ["data=digits_lt", "model=small_cnn", "trainer.epochs=4", *QUICK]
+
+
+@pytest.fixture
+def killed_run(tmp_path, tracking_uri):
+    """A run stopped by SIGTERM in its second epoch: KILLED, with a checkpoint."""
+    log = tmp_path / "run.log"
+    process = start(
+        [*STOPPED, "trainer.batch_size=16", f"tracking.uri={tracking_uri}"], tmp_path, log
+    )
+    wait_for(log, "epoch 1/4", process)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
+    client, run = only_run(tracking_uri)
+    assert run.info.status == "KILLED"
+    return client, run, Path(run.data.tags["checkpoint"])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not_a_checkpoint"])
+def test_an_unreadable_checkpoint_is_one_line_and_the_run_stays_as_it_was(
+    damage, killed_run, tmp_path, tracking_uri
+):
+    client, run, checkpoint = killed_run
+    if damage == "truncated":
+        checkpoint.write_bytes(checkpoint.read_bytes()[:1000])
+    else:
+        import torch
+
+        torch.save({"weights": torch.zeros(3)}, checkpoint)
+    before = history(client, run.info.run_id)
+    done = subprocess.run(
+        [*RUN, f"resume={run.info.run_id}", f"tracking.uri={tracking_uri}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = said(done.stderr)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(lines) <= 3 and str(checkpoint) in done.stderr, lines
+    _, after = only_run(tracking_uri)
+    assert after.info.status == "KILLED"  # nothing was resumed: not reopened, not FAILED
+    assert history(client, run.info.run_id) == before
+
+
+def _file_size_limit(limit: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_a_checkpoint_that_cannot_be_written_fails_the_run_and_keeps_the_previous_one(
+    killed_run, tmp_path, tracking_uri
+):
+    """A file-size limit makes the write fail as a full disk does (the OS refuses the bytes):
+    the resumed run's next checkpoint cannot be written."""
+    client, run, checkpoint = killed_run
+    kept = digest(checkpoint)
+    store = Path(tracking_uri.removeprefix("sqlite:///")).stat().st_size
+    limit = (checkpoint.stat().st_size + store) // 2  # room for the store, not the checkpoint
+    assert store * 1.3 < limit
+    done = subprocess.run(
+        [*RUN, f"resume={run.info.run_id}", f"tracking.uri={tracking_uri}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_file_size_limit(limit),
+    )
+    lines = said(done.stderr)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(lines) <= 3 and str(checkpoint.parent) in lines[0] and "MiB" in lines[0], lines
+    assert digest(checkpoint) == kept  # the previous checkpoint, untouched
+    assert not list(checkpoint.parent.glob(".*.tmp"))  # no temporary file left filling the disk
+    _, after = only_run(tracking_uri)
+    assert after.info.status == "FAILED"
+
+
+# --- a sweep stopped while its jobs run in other processes ---------------------------------
+
+SWEEP = [
+    "-m",
+    "sampler=uniform,hard_mined",
+    "data=digits_lt",
+    "model=small_cnn",
+    "model.width=8",
+    "trainer.epochs=5",
+    "trainer.batch_size=16",
+    *QUICK,
+]
+LAUNCHERS = {
+    "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+    "submitit_local": ["hydra/launcher=submitit_local"],
+}
+
+
+@pytest.mark.parametrize(
+    ("launcher", "how"), [("joblib", signal.SIGTERM), ("submitit_local", signal.SIGINT)]
+)
+def test_a_stopped_sweep_leaves_no_run_running_and_resume_finishes_it(
+    launcher, how, tmp_path, tracking_uri
+):
+    command = [*SWEEP, *LAUNCHERS[launcher], f"tracking.uri={tracking_uri}"]
+    log = tmp_path / "sweep.log"
+    process = start(command, tmp_path, log)
+    client = MlflowClient(tracking_uri)
+    deadline = time.monotonic() + 240
+    while True:  # both jobs in flight, each past its first epoch
+        experiment = client.get_experiment_by_name("samplerlab")
+        runs = client.search_runs([experiment.experiment_id]) if experiment else []
+        children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+        if len(children) == 2 and all("train/loss" in r.data.metrics for r in children):
+            break
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+    process.send_signal(how)
+    assert process.wait(timeout=120) == 128 + how, log.read_text()[-3000:]
+    runs = client.search_runs([experiment.experiment_id])
+    assert {r.info.status for r in runs} <= {"KILLED", "FINISHED"}, log.read_text()[-3000:]
+    parent = next(r for r in runs if r.data.tags.get("sweep") == "parent")
+    assert parent.info.status == "KILLED" and f"resume={parent.info.run_id}" in log.read_text()
+
+    again = subprocess.run(
+        [*RUN, *command, f"resume={parent.info.run_id}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = client.search_runs([experiment.experiment_id])
+    assert len(after) == 3 and {r.info.status for r in after} == {"FINISHED"}
+    for child in after:
+        if child.info.run_id != parent.info.run_id:
+            steps = [m.step for m in client.get_metric_history(child.info.run_id, "train/loss")]
+            assert steps == [1, 2, 3, 4, 5]  # continued, not restarted, no epoch twice
+
+
+# --- stores that are not ours --------------------------------------------------------------
+
+
+def _foreign(folder: Path) -> dict[str, Path]:
+    import sqlite3
+
+    app = folder / "app.db"
+    connection = sqlite3.connect(app)
+    connection.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+    connection.execute("INSERT INTO users VALUES (1, 'ada')")
+    connection.commit()
+    connection.close()
+    noise = folder / "noise.db"
+    noise.write_bytes(bytes(range(256)) * 20)
+    return {"app": app, "noise": noise}
+
+
+@pytest.mark.parametrize("kind", ["app", "noise"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [*RUN, "trainer.epochs=1", "tracking.uri=sqlite:///{path}"],
+        [sys.executable, "-m", "experiments.report", "--uri", "sqlite:///{path}"],
+    ],
+    ids=["runner", "report"],
+)
+def test_a_file_that_is_not_an_mlflow_store_is_refused_and_left_unchanged(kind, command, tmp_path):
+    path = _foreign(tmp_path)[kind]
+    before = digest(path)
+    done = subprocess.run(
+        [part.format(path=path) for part in command],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = said(done.stderr)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(lines) <= 3 and ("tracking.uri" in lines[0] or "--uri" in lines[0]), lines
+    assert digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".db") == ["app.db", "noise.db"]
+    assert not list(tmp_path.glob("*.db-*"))  # no journal or WAL file left beside it
+
+
+def test_the_report_reads_an_mlflow_store_without_changing_it(tmp_path, tracking_uri):
+    path = Path(tracking_uri.removeprefix("sqlite:///"))
+    subprocess.run(
+        [*RUN, "trainer.epochs=1", *QUICK, f"tracking.uri={tracking_uri}"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    before = digest(path)
+    done = subprocess.run(
+        [sys.executable, "-m", "experiments.report", "--uri", tracking_uri, "--no-log"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert digest(path) == before
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    refused = subprocess.run(
+        [sys.executable, "-m", "experiments.report", "--uri", f"sqlite:///{empty}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and empty.stat().st_size == 0, refused.stderr
