@@ -11,18 +11,12 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler as TorchSampler
 
-from samplers._core import (
-    ClassWeights,
-    Distribution,
-    LabelIndex,
-    SampleWeights,
-    as_labels,
-    check_bool,
-    check_int,
-    draw,
-    epoch_seed,
-    on_pool_thread,
-)
+from samplers._checks import as_labels, check_bool, check_int
+from samplers._distributions import ClassWeights, Distribution, SampleWeights
+from samplers._draw import draw
+from samplers._labels import LabelIndex
+from samplers._pool import on_pool_thread
+from samplers._seeding import epoch_seed
 
 __all__ = ["Sampler"]
 

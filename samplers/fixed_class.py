@@ -8,18 +8,12 @@ from typing import Any
 
 import torch
 
-from samplers._core import (
-    CHUNK,
-    ClassWeights,
-    Distribution,
-    check_bool,
-    check_int,
-    cycled_passes,
-    generator_for,
-    group_by,
-    run_tasks,
-    sub_seed,
-)
+from samplers._checks import check_bool, check_int
+from samplers._distributions import ClassWeights, Distribution
+from samplers._draw import cycled_passes
+from samplers._labels import group_by
+from samplers._pool import CHUNK, run_tasks
+from samplers._seeding import generator_for, sub_seed
 from samplers.base import Sampler
 
 __all__ = ["FixedClassSampler", "REPEATS"]

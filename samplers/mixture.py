@@ -9,16 +9,11 @@ from typing import Any
 
 import torch
 
-from samplers._core import (
-    ClassWeights,
-    Distribution,
-    check_int,
-    check_number,
-    cycled_passes,
-    epoch_seed,
-    on_pool_thread,
-    sub_seed,
-)
+from samplers._checks import check_int, check_number
+from samplers._distributions import ClassWeights, Distribution
+from samplers._draw import cycled_passes
+from samplers._pool import on_pool_thread
+from samplers._seeding import epoch_seed, sub_seed
 from samplers.base import Sampler
 
 __all__ = ["MixtureSampler"]

@@ -9,15 +9,9 @@ from typing import Any
 
 import torch
 
-from samplers._core import (
-    CHUNK,
-    ClassWeights,
-    Distribution,
-    SampleWeights,
-    check_bool,
-    check_int,
-    check_number,
-)
+from samplers._checks import check_bool, check_int, check_number
+from samplers._distributions import ClassWeights, Distribution, SampleWeights
+from samplers._pool import CHUNK
 from samplers.base import Sampler
 
 __all__ = [
