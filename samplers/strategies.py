@@ -56,14 +56,15 @@ def _check_weights(name: str, weights: Any, length: int, what: str) -> torch.Ten
         raise ValueError(f"{name}: contains negative values; weights must be >= 0")
     if not (weights > 0).any():
         raise ValueError(f"{name}: all weights are zero; at least one must be positive")
-    return weights / weights.sum()
+    normalised: torch.Tensor = weights / weights.sum()
+    return normalised
 
 
 def _check_beta(beta: Any) -> float:
-    beta = check_number("beta", beta)
-    if not 0.0 <= beta < 1.0:
-        raise ValueError(f"beta must lie in [0, 1) (e.g. 0.999), got {beta}")
-    return beta
+    value = check_number("beta", beta)
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"beta must lie in [0, 1) (e.g. 0.999), got {value}")
+    return value
 
 
 class UniformSampler(Sampler):

@@ -1,0 +1,85 @@
+"""How a sampler recognises the training frameworks that consume it, without importing them.
+
+Two frameworks do something to a sampler that it must adapt to, and neither says so to the
+sampler itself:
+
+* Accelerate's prepared loaders shard by themselves: ``BatchSamplerShard`` hands process ``r``
+  the batches ``r, r + W, ...`` of what it reads. A sampler read by it must yield the global
+  draw, or every process would get a shard of a shard.
+* torchdata's ``StatefulDataLoader`` with workers saves the sampler's state when it hands a
+  batch's indices to a worker, ahead of the training loop, and returns that saved state when
+  the loop later asks for a checkpoint. The feedback a strategy received in between would be
+  missing from it.
+
+Both are recognised by who is calling: a frame of ``BatchSamplerShard``'s methods a few frames up
+the stack, or a caller in torchdata's ``stateful_dataloader`` package. Nothing is imported: a
+framework that is not loaded cannot be the caller.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import CodeType, FrameType
+
+__all__ = ["called_by_stateful_loader", "read_by_sharding_loader"]
+
+#: Classes that shard what they read from a sampler across processes: (module, class name).
+SHARDING_READERS = (("accelerate.data_loader", "BatchSamplerShard"),)
+#: How far up the stack such a reader may sit: an index sampler is read through the DataLoader's
+#: ``BatchSampler`` (one frame), possibly through torchdata's batch iterator (two more).
+_DEPTH = 4
+_codes: dict[str, frozenset[CodeType]] = {}
+
+
+def _reader_codes() -> frozenset[CodeType]:
+    """Code objects of every method of the sharding readers whose modules are loaded."""
+    found: set[CodeType] = set()
+    for module_name, class_name in SHARDING_READERS:
+        if module_name not in _codes:
+            module = sys.modules.get(module_name)
+            if module is None:
+                continue
+            _codes[module_name] = frozenset(_methods(getattr(module, class_name)))
+        found |= _codes[module_name]
+    return frozenset(found)
+
+
+def _methods(cls: type) -> set[CodeType]:
+    codes: set[CodeType] = set()
+    for klass in [cls, *cls.__subclasses__()]:
+        for value in vars(klass).values():
+            function = value.fget if isinstance(value, property) else value
+            code = getattr(function, "__code__", None)
+            if isinstance(code, CodeType):
+                codes.add(code)
+    return codes
+
+
+def _callers(skip: int) -> FrameType | None:
+    """The frame ``skip`` levels above the caller of the function that calls this one."""
+    try:
+        return sys._getframe(skip + 2)
+    except ValueError:  # the stack is shallower than that
+        return None
+
+
+def read_by_sharding_loader() -> bool:
+    """Whether the sampler method calling this was called by a loader that shards by itself."""
+    codes = _reader_codes()
+    if not codes:
+        return False
+    frame = _callers(1)
+    for _ in range(_DEPTH):
+        if frame is None:
+            return False
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def called_by_stateful_loader() -> bool:
+    """Whether the sampler method calling this was called by torchdata's StatefulDataLoader."""
+    frame = _callers(1)
+    name = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return isinstance(name, str) and name.startswith("torchdata.stateful_dataloader")
