@@ -1,5 +1,6 @@
-"""The samplers inside real training frameworks: Lightning's Trainer and Fabric, Accelerate and
-torchdata's StatefulDataLoader, each with its defaults, in two gloo processes for 3 epochs.
+"""The samplers inside real training frameworks: Lightning's Trainer and Fabric, Accelerate, the
+Hugging Face Trainer and torchdata's StatefulDataLoader, each with its defaults, in two gloo
+processes for 3 epochs; and the examples of docs/trainers.md, run as written.
 
 One launch of two ranks runs every scenario (``tests/helpers/frameworks``); each rank reports
 the indices it was given, epoch by epoch. This process checks them against the samplers' own
@@ -32,11 +33,11 @@ from samplers import (
     WeightedSampler,
 )
 from tests.helpers.frameworks.data import BATCH, EPOCHS, WORLD, labels
-from tests.helpers.frameworks.rank import SCENARIOS
+from tests.helpers.frameworks.rank import DOC_EXAMPLES, SCENARIOS
 from tests.processes import check_exit
 
 ROOT = Path(__file__).resolve().parents[1]
-FRAMEWORKS = ("lightning", "accelerate", "torchdata")
+FRAMEWORKS = ("lightning", "accelerate", "torchdata", "transformers")
 
 missing = [name for name in FRAMEWORKS if importlib.util.find_spec(name) is None]
 if missing:  # a failure, not a skip: a suite without them would pass without testing them
@@ -246,6 +247,18 @@ def test_accelerate_feedback_helper(ranks):
     check_global_feedback(ranks, "accelerate_feedback")
 
 
+# ----------------------------------------------------------------------------- HF Trainer
+def test_transformers_trainer_index_sampler_with_feedback(ranks):
+    check_batches_of_the_global_draw(
+        ranks, "transformers_index", lambda **p: HardMinedSampler(labels(), seed=12, **p)
+    )
+    check_global_feedback(ranks, "transformers_index")
+
+
+def test_transformers_trainer_batch_sampler(ranks):
+    check_own_lists(ranks, "transformers_batch", fixed_class(13))
+
+
 # ----------------------------------------------------------------------------- torchdata
 def test_stateful_dataloader_resumes_mid_epoch_with_the_feedback(ranks):
     """Stopped after 5 batches of epoch 1 (two workers prefetching), restored into new
@@ -264,3 +277,15 @@ def test_stateful_dataloader_resumes_mid_epoch_with_the_feedback(ranks):
         assert resumed["epochs"][1] == whole["epochs"][1][stop:]
         assert resumed["epochs"][2] == whole["epochs"][2]
         assert resumed["after"] == whole["after"][1:]
+
+
+# ----------------------------------------------------------------------------- the docs
+@pytest.mark.parametrize("example", DOC_EXAMPLES)
+def test_docs_example_runs_on_two_ranks(ranks, example):
+    """Each example of docs/trainers.md trains 3 epochs on both ranks, which end with the same
+    sampler state: the same epoch, target and (with feedback) the same feedback."""
+    first, second = (result(ranks, f"docs_{example}", rank) for rank in range(WORLD))
+    assert first["epoch"] == EPOCHS - 1
+    assert first == second
+    if "seen" in first:
+        assert sum(first["seen"]) > len(first["seen"]) // 2

@@ -10,7 +10,9 @@ import warnings
 
 import torch.distributed as dist
 
-#: scenario name -> (module in this package, function)
+DOC_EXAMPLES = ("lightning", "fabric", "accelerate", "transformers", "torchdata")
+#: scenario name -> (module in this package, function), in the order they run: the first builds
+#: its sampler before any process group exists.
 SCENARIOS = {
     "lightning_index": ("lightning_runs", "trainer_index_sampler"),
     "lightning_schedule": ("lightning_runs", "trainer_schedule_sampler"),
@@ -25,6 +27,9 @@ SCENARIOS = {
     "accelerate_batch": ("accelerate_runs", "batch_sampler"),
     "accelerate_feedback": ("accelerate_runs", "feedback"),
     "stateful_resume": ("torchdata_runs", "resume_with_feedback"),
+    "transformers_index": ("transformers_runs", "index_sampler_with_feedback"),
+    "transformers_batch": ("transformers_runs", "batch_sampler"),
+    **{f"docs_{name}": ("docs_runs", name) for name in DOC_EXAMPLES},
 }
 
 
