@@ -4,15 +4,16 @@ Two frameworks do something to a sampler that it must adapt to, and neither says
 sampler itself:
 
 * Accelerate's prepared loaders shard by themselves: ``BatchSamplerShard`` hands process ``r``
-  the batches ``r, r + W, ...`` of what it reads. A sampler read by it must yield the global
-  draw, or every process would get a shard of a shard.
+  the batches ``r, r + W, ...`` of what it reads, and with ``dispatch_batches=True`` the
+  ``DataLoaderDispatcher`` reads on process 0 and deals the batches out. A sampler read by
+  either must yield the global draw, or the processes would share a shard of a shard.
 * torchdata's ``StatefulDataLoader`` with workers saves the sampler's state when it hands a
   batch's indices to a worker, ahead of the training loop, and returns that saved state when
   the loop later asks for a checkpoint. The feedback a strategy received in between would be
   missing from it.
 
-Both are recognised by who is calling: a frame of ``BatchSamplerShard``'s methods a few frames up
-the stack, or a caller in torchdata's ``stateful_dataloader`` package. Nothing is imported: a
+Both are recognised by who is calling: a frame of those classes' methods a few frames up the
+stack, or a caller in torchdata's ``stateful_dataloader`` package. Nothing is imported: a
 framework that is not loaded cannot be the caller.
 """
 
@@ -24,10 +25,14 @@ from types import CodeType, FrameType
 __all__ = ["called_by_stateful_loader", "read_by_sharding_loader"]
 
 #: Classes that shard what they read from a sampler across processes: (module, class name).
-SHARDING_READERS = (("accelerate.data_loader", "BatchSamplerShard"),)
-#: How far up the stack such a reader may sit: an index sampler is read through the DataLoader's
-#: ``BatchSampler`` (one frame), possibly through torchdata's batch iterator (two more).
-_DEPTH = 4
+SHARDING_READERS = (
+    ("accelerate.data_loader", "BatchSamplerShard"),
+    ("accelerate.data_loader", "DataLoaderDispatcher"),
+)
+#: How far up the stack such a reader may sit: ``BatchSamplerShard`` reads an index sampler
+#: through the DataLoader's ``BatchSampler`` (two frames up); the dispatcher through the whole
+#: DataLoader iterator (up to eight, when it starts its workers).
+_DEPTH = 10
 _codes: dict[str, frozenset[CodeType]] = {}
 
 
@@ -35,12 +40,13 @@ def _reader_codes() -> frozenset[CodeType]:
     """Code objects of every method of the sharding readers whose modules are loaded."""
     found: set[CodeType] = set()
     for module_name, class_name in SHARDING_READERS:
-        if module_name not in _codes:
+        key = f"{module_name}.{class_name}"
+        if key not in _codes:
             module = sys.modules.get(module_name)
             if module is None:
                 continue
-            _codes[module_name] = frozenset(_methods(getattr(module, class_name)))
-        found |= _codes[module_name]
+            _codes[key] = frozenset(_methods(getattr(module, class_name)))
+        found |= _codes[key]
     return frozenset(found)
 
 

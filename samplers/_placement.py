@@ -1,4 +1,4 @@
-"""A sampler's place among the ranks: given, or read from torch.distributed when it is used."""
+"""A sampler's place among the ranks: given, or read from torch.distributed once it is up."""
 
 from __future__ import annotations
 
@@ -26,15 +26,17 @@ def _check_rank(rank: object, world_size: int) -> int:
 class Placement:
     """``rank`` and ``world_size``, each either given or read from torch.distributed.
 
-    What was not given is read each time it is used, not when the sampler is built: a sampler
-    built before the process group exists (at the top of a script, in a LightningDataModule's
-    ``__init__``, before ``Accelerator()``) still shards once the group is up. Without a process
-    group a sampler is rank 0 of 1. ``num_replicas`` is ``world_size`` under the name
-    ``torch.utils.data.DistributedSampler`` gives it.
+    What was not given comes from the process group the first time the sampler is used while
+    one exists, and is kept from then on (also after the group is destroyed). A sampler built
+    before the group exists (at the top of a script, in a LightningDataModule's ``__init__``,
+    before ``Accelerator()``) is rank 0 of 1 until then, and shards once the group is up.
+    ``num_replicas`` is ``world_size`` under the name ``DistributedSampler`` gives it.
     """
 
     _given_rank: int | None
     _given_world_size: int | None
+    #: (rank, world size) of the process group, as first seen.
+    _from_group: tuple[int, int] | None = None
 
     def _place(self, rank: int | None, world_size: int | None) -> None:
         """Keep what was given, after checking it against what torch.distributed says now."""
@@ -63,15 +65,18 @@ class Placement:
                 )
         self._place(rank, replicas)
 
+    def _group(self) -> tuple[int, int]:
+        if self._from_group is None:
+            if not _initialised():
+                return 0, 1
+            self._from_group = (dist.get_rank(), dist.get_world_size())
+        return self._from_group
+
     def _live_world_size(self, given: int | None) -> int:
-        if given is not None:
-            return given
-        return dist.get_world_size() if _initialised() else 1
+        return given if given is not None else self._group()[1]
 
     def _live_rank(self, given: int | None) -> int:
-        if given is not None:
-            return given
-        return dist.get_rank() if _initialised() else 0
+        return given if given is not None else self._group()[0]
 
     @property
     def world_size(self) -> int:

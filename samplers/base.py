@@ -53,8 +53,8 @@ class Sampler(Placement, DistributedSampler[Any]):
     * Read by a loader that shards by itself (Accelerate's prepared loaders, and so the HF
       Trainer), ``len`` and iteration give the global draw on every process (as with
       ``world_size=1``) and the loader hands each process its batches of it.
-    * Rank and world size that were not given are read from torch.distributed when the sampler
-      is used, so it may be built before the process group exists.
+    * Rank and world size that were not given are read from torch.distributed the first time
+      the sampler is used with a process group up, so it may be built before the group exists.
 
     Args:
         labels: class id of every sample (a sequence or a 1-D integer tensor), ``0..C-1``.

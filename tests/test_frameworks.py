@@ -151,6 +151,7 @@ def test_lightning_index_sampler_built_before_the_process_group(ranks):
     each rank gets its half of the epoch, not a quarter."""
     check_own_lists(ranks, "lightning_index", lambda **p: WeightedSampler(labels(), q=0.0, **p))
     assert result(ranks, "lightning_index", 0)["built_before_process_group"]
+    assert not result(ranks, "lightning_index", 0)["rebuilt"]  # Lightning left it in place
     halves = [set(result(ranks, "lightning_index", r)["epochs"][0]) for r in range(WORLD)]
     assert len(result(ranks, "lightning_index", 0)["epochs"][0]) == 400 // WORLD
     assert halves[0] != halves[1]
@@ -166,6 +167,7 @@ def test_lightning_schedule_follows_the_trainers_epoch(ranks):
 
 def test_lightning_batch_sampler_rebuilt_with_lightnings_sharding(ranks):
     check_own_lists(ranks, "lightning_batch", fixed_class(2))
+    assert result(ranks, "lightning_batch", 0)["rebuilt"]  # around Lightning's sharding
 
 
 def test_lightning_batch_sampler_it_cannot_rebuild_fails_naming_the_setting(ranks):
@@ -236,6 +238,14 @@ def test_accelerate_index_sampler_is_sharded_once(ranks):
     )
 
 
+def test_accelerate_dispatching_batches_deals_out_the_global_draw(ranks):
+    check_batches_of_the_global_draw(
+        ranks,
+        "accelerate_dispatch",
+        lambda **p: ProgressiveSampler(labels(), total_epochs=EPOCHS, seed=14, **p),
+    )
+
+
 def test_accelerate_batch_sampler_gives_its_own_lists(ranks):
     check_own_lists(ranks, "accelerate_batch", fixed_class(9))
 
@@ -274,9 +284,9 @@ def test_stateful_dataloader_resumes_mid_epoch_with_the_feedback(ranks):
         )
         assert first["epochs"][:1] == whole["epochs"][:1]
         assert first["epochs"][1] == whole["epochs"][1][:stop]
-        assert resumed["epochs"][1] == whole["epochs"][1][stop:]
-        assert resumed["epochs"][2] == whole["epochs"][2]
-        assert resumed["after"] == whole["after"][1:]
+        assert resumed["epochs"][1] == whole["epochs"][1][stop:], "the rest of epoch 1"
+        assert resumed["epochs"][2] == whole["epochs"][2], "epoch 2, drawn from the feedback"
+        assert resumed["after"] == whole["after"][1:], "the feedback after epochs 1 and 2"
 
 
 # ----------------------------------------------------------------------------- the docs

@@ -65,13 +65,16 @@ def test_rank_and_world_size_are_read_when_used(tmp_path):
 
     sampler = UniformSampler(LABELS, seed=2)
     assert (sampler.rank, sampler.world_size, len(sampler)) == (0, 1, 48)
+    assert sampler._from_group is None  # nothing to remember yet
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1)
     try:
         assert sampler.world_size == 1  # one rank here; the point is that it is read now
+        assert sampler._from_group == (0, 1)
         pinned = UniformSampler(LABELS, seed=2, rank=1, world_size=2)
         assert (pinned.rank, pinned.world_size, len(pinned)) == (1, 2, 24)
     finally:
         dist.destroy_process_group()
+    assert sampler._from_group == (0, 1)  # kept after the group is gone
     with pytest.raises(ValueError, match=r"rank must be an integer in \[0, world_size=1\)"):
         UniformSampler(LABELS, rank=1)
 

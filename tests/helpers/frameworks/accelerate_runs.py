@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, DataLoaderConfiguration
 from torch.utils.data import DataLoader
 
 from samplers import FixedClassSampler, HardMinedSampler, ProgressiveSampler, Sampler
@@ -30,8 +30,10 @@ def _epochs(accelerator: Accelerator, loader: Any, sampler: Sampler, feedback: b
     return record
 
 
-def _run(sampler: Sampler, feedback: bool = False) -> dict[str, Any]:
-    accelerator = Accelerator(cpu=True)
+def _run(sampler: Sampler, feedback: bool = False, dispatch: bool = False) -> dict[str, Any]:
+    accelerator = Accelerator(
+        cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=dispatch)
+    )
     if sampler.batch_size is not None:
         loader = DataLoader(dataset(), batch_sampler=sampler)
     else:
@@ -50,3 +52,8 @@ def batch_sampler() -> dict[str, Any]:
 
 def feedback() -> dict[str, Any]:
     return _run(HardMinedSampler(labels(), seed=10), feedback=True)
+
+
+def dispatched() -> dict[str, Any]:
+    """dispatch_batches=True: process 0 reads the loader and deals the batches out."""
+    return _run(ProgressiveSampler(labels(), total_epochs=EPOCHS, seed=14), dispatch=True)

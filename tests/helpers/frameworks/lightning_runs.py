@@ -84,6 +84,8 @@ def _fit(data: Data, callbacks: list[pl.Callback] | None = None, **trainer: Any)
         **trainer,
     )
     fit.fit(module, datamodule=data)
+    # Whether the loader Lightning iterated drew from a copy of the data module's sampler.
+    record.extra["rebuilt"] = find_sampler(fit.train_dataloader) is not data.sampler
     return record
 
 
@@ -107,9 +109,7 @@ def trainer_batch_sampler() -> dict[str, Any]:
         lambda: FixedClassSampler(labels(), classes_per_batch=4, samples_per_class=4, seed=2),
         where="hook",
     )
-    out = _fit(data).as_json()
-    out["rebuilt"] = data.sampler is not None  # the loader's copy is recorded, not this one
-    return out
+    return _fit(data).as_json()
 
 
 def trainer_batch_sampler_outside_hook() -> dict[str, Any]:

@@ -26,6 +26,7 @@ SCENARIOS = {
     "accelerate_index": ("accelerate_runs", "index_sampler"),
     "accelerate_batch": ("accelerate_runs", "batch_sampler"),
     "accelerate_feedback": ("accelerate_runs", "feedback"),
+    "accelerate_dispatch": ("accelerate_runs", "dispatched"),
     "stateful_resume": ("torchdata_runs", "resume_with_feedback"),
     "transformers_index": ("transformers_runs", "index_sampler_with_feedback"),
     "transformers_batch": ("transformers_runs", "batch_sampler"),
