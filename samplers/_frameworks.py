@@ -33,21 +33,22 @@ SHARDING_READERS = (
 #: through the DataLoader's ``BatchSampler`` (two frames up); the dispatcher through the whole
 #: DataLoader iterator (up to eight, when it starts its workers).
 _DEPTH = 10
-_codes: dict[str, frozenset[CodeType]] = {}
+_loaded: tuple[str, ...] = ()
+_codes: frozenset[CodeType] = frozenset()
 
 
 def _reader_codes() -> frozenset[CodeType]:
-    """Code objects of every method of the sharding readers whose modules are loaded."""
-    found: set[CodeType] = set()
-    for module_name, class_name in SHARDING_READERS:
-        key = f"{module_name}.{class_name}"
-        if key not in _codes:
-            module = sys.modules.get(module_name)
-            if module is None:
-                continue
-            _codes[key] = frozenset(_methods(getattr(module, class_name)))
-        found |= _codes[key]
-    return frozenset(found)
+    """Code objects of every method of the sharding readers whose modules are loaded (looked
+    up again only when another of those modules has been imported)."""
+    global _loaded, _codes
+    loaded = tuple(module for module, _ in SHARDING_READERS if module in sys.modules)
+    if loaded != _loaded:
+        found: set[CodeType] = set()
+        for module_name, class_name in SHARDING_READERS:
+            if module_name in sys.modules:
+                found |= _methods(getattr(sys.modules[module_name], class_name))
+        _loaded, _codes = loaded, frozenset(found)
+    return _codes
 
 
 def _methods(cls: type) -> set[CodeType]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import time
 import traceback
 import warnings
 
@@ -38,11 +39,15 @@ def main(names: list[str]) -> None:
     warnings.filterwarnings("ignore")
     for name in names:
         module, function = SCENARIOS[name]
+        started = time.perf_counter()
         run = getattr(importlib.import_module(f"tests.helpers.frameworks.{module}"), function)
+        print(f"{module} imported: {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        started = time.perf_counter()
         try:
             result = run()
         except Exception:  # reported, and the other scenarios still run
             result = {"crashed": traceback.format_exc()}
+        print(f"{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
         print("RESULT", name, json.dumps(result), flush=True)
         if dist.is_initialized():
             dist.barrier()  # the ranks start each scenario together
