@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp-install
+FRAMEWORKS_STAMP := $(VENV)/.stamp-frameworks
 # On these machines both come from local disk (a CUDA build that also runs on the CPU).
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 SWEEP  ?= sampler=uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture seed=0,1,2
@@ -10,7 +11,7 @@ PORT   ?= 5000
 JOBS   ?= 4
 NPROC  ?= 2
 
-.PHONY: help install install-browser install-server run sweep study paper ddp test lint bench report ui server gpu-check clean
+.PHONY: help install install-frameworks install-browser install-server run sweep study paper ddp test lint bench report ui server gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -44,7 +45,13 @@ install-server:  ## PostgreSQL for `make server` and its test (Debian's package;
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql)
 
-test: install install-browser install-server  ## the test suite (two processes; a module stays in one)
+install-frameworks: $(FRAMEWORKS_STAMP)  ## Lightning, Accelerate, torchdata, transformers into .venv, for tests/test_frameworks.py (once)
+
+$(FRAMEWORKS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[frameworks]'
+	touch $(FRAMEWORKS_STAMP)
+
+test: install install-frameworks install-browser install-server  ## the test suite (two processes; a module stays in one)
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: install  ## ruff lint and format check

@@ -28,7 +28,8 @@ import torch
 from torch.utils.data import WeightedRandomSampler
 
 import samplers
-from samplers._core import CHUNK, generator_for, run_tasks
+from samplers._pool import CHUNK, run_tasks
+from samplers._seeding import generator_for
 
 MULTINOMIAL_LIMIT = 2**24
 MPC_LIMIT = 10**6  # MPerClassSampler takes ~50 s per epoch at 10^6 on 2 cores

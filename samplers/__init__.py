@@ -5,15 +5,15 @@ has an exact ``len``, shards across ranks, resumes mid-epoch (``state_dict``, wi
 under a prefetching DataLoader) and takes training feedback through ``update(indices, losses)``.
 """
 
-from samplers._core import ClassWeights, SampleWeights
+from samplers._distributions import ClassWeights, SampleWeights
 from samplers.base import Sampler
 from samplers.fixed_class import FixedClassSampler
+from samplers.hard_mined import HardMinedSampler
 from samplers.mixture import MixtureSampler
 from samplers.stats import SamplingStats, sampling_stats
 from samplers.strategies import (
     AnnealedSampler,
     DeferredSampler,
-    HardMinedSampler,
     HybridSampler,
     ProgressiveSampler,
     UniformSampler,

@@ -8,39 +8,22 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import torch
-import torch.distributed as dist
+from torch.utils.data import DistributedSampler
 from torch.utils.data import Sampler as TorchSampler
 
-from samplers._core import (
-    ClassWeights,
-    Distribution,
-    LabelIndex,
-    SampleWeights,
-    as_labels,
-    check_bool,
-    check_int,
-    draw,
-    epoch_seed,
-    on_pool_thread,
-)
+from samplers._checks import as_labels, check_bool, check_int
+from samplers._distributions import ClassWeights, Distribution, SampleWeights
+from samplers._draw import draw
+from samplers._frameworks import called_by_stateful_loader, read_by_sharding_loader
+from samplers._labels import LabelIndex
+from samplers._placement import Placement
+from samplers._pool import on_pool_thread
+from samplers._seeding import epoch_seed
 
 __all__ = ["Sampler"]
 
 
-def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    initialised = dist.is_available() and dist.is_initialized()
-    if world_size is None:
-        world_size = dist.get_world_size() if initialised else 1
-    if rank is None:
-        rank = dist.get_rank() if initialised else 0
-    if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
-    if not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an integer in [0, world_size={world_size}), got {rank!r}")
-    return rank, world_size
-
-
-class Sampler(TorchSampler):
+class Sampler(Placement, DistributedSampler[Any]):
     r"""Base class: draws each epoch's order from the distribution a strategy declares.
 
     A strategy overrides :meth:`distribution` (``epoch -> ClassWeights | SampleWeights``) and,
@@ -60,6 +43,18 @@ class Sampler(TorchSampler):
     * ``len(sampler)`` is always the whole epoch's length on this rank, also right after a
       mid-epoch restore (torch's convention): the restored iterator then yields
       ``len(sampler) - position`` items, and :meth:`epoch_indices` is still the whole epoch.
+
+    Inside training frameworks (see ``docs/trainers.md``):
+
+    * A sampler is a ``torch.utils.data.DistributedSampler``, so frameworks that replace or wrap
+      any other sampler for distributed training (Lightning's Trainer and Fabric) leave it as
+      it is, and it shards itself. Its ``num_samples`` is still the global count per epoch,
+      not ``DistributedSampler``'s count per rank.
+    * Read by a loader that shards by itself (Accelerate's prepared loaders, and so the HF
+      Trainer), ``len`` and iteration give the global draw on every process (as with
+      ``world_size=1``) and the loader hands each process its batches of it.
+    * Rank and world size that were not given are read from torch.distributed the first time
+      the sampler is used with a process group up, so it may be built before the group exists.
 
     Args:
         labels: class id of every sample (a sequence or a 1-D integer tensor), ``0..C-1``.
@@ -91,6 +86,15 @@ class Sampler(TorchSampler):
         drop_last: bool = False,
         num_classes: int | None = None,
     ) -> None:
+        if isinstance(labels, TorchSampler):
+            raise ValueError(
+                f"{type(self).__name__} got a {type(labels).__name__} where its labels go: a "
+                "framework rebuilt it as type(batch_sampler)(sampler, batch_size=..., "
+                "drop_last=...), which loses its settings; build it inside the train_dataloader "
+                "hook (Lightning then passes its sharding in as sampler=), or turn the "
+                "framework's sampler replacement off: Trainer(use_distributed_sampler=False), "
+                "fabric.setup_dataloaders(..., use_distributed_sampler=False)"
+            )
         self.index = LabelIndex(as_labels(labels, num_classes), num_classes)
         dataset_size = len(self.index)
         if num_samples is None:
@@ -107,7 +111,7 @@ class Sampler(TorchSampler):
         self.num_samples = num_samples
         self.replacement = replacement
         self.seed = seed
-        self.rank, self.world_size = _distributed_defaults(rank, world_size)
+        self._place(rank, world_size)
         self.drop_last = drop_last
         self.epoch = 0
         self._resume_at = 0
@@ -153,10 +157,13 @@ class Sampler(TorchSampler):
         return self.num_samples
 
     def __len__(self) -> int:
+        return self._length(1 if read_by_sharding_loader() else self.world_size)
+
+    def _length(self, world_size: int) -> int:
         units = self._global_units()
         if self.drop_last:
-            return units // self.world_size
-        return math.ceil(units / self.world_size)
+            return units // world_size
+        return math.ceil(units / world_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration yields (call before each epoch)."""
@@ -189,7 +196,16 @@ class Sampler(TorchSampler):
             )
         if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= len(self.index)):
             raise ValueError(f"update: indices must lie in [0, {len(self.index)})")
-        on_pool_thread(lambda: self.observe(indices, losses))  # sums independent of threads
+        on_pool_thread(lambda: self._observe(indices, losses))  # sums independent of threads
+
+    def _observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
+        """:meth:`observe`, keeping each feedback tensor the same object: a strategy that
+        assigns a new tensor has it copied into the old one, which a state handed to a
+        StatefulDataLoader holds (see :meth:`state_dict`)."""
+        held = [getattr(self, name) for name in self.feedback_state]
+        self.observe(indices, losses)
+        for name, tensor in zip(self.feedback_state, held, strict=True):
+            _keep_in_place(self, name, tensor)
 
     def current_distribution(self) -> Distribution:
         """The distribution of the current epoch (frozen when the epoch is first drawn)."""
@@ -217,16 +233,18 @@ class Sampler(TorchSampler):
 
     def epoch_indices(self) -> torch.Tensor:
         """This rank's indices for the current epoch as one int64 tensor (all of the epoch)."""
+        return self._share(self.rank, self.world_size)
+
+    def _share(self, rank: int, world_size: int) -> torch.Tensor:
         units = self.global_indices()
-        per_rank = len(self)
-        total = per_rank * self.world_size
+        total = self._length(world_size) * world_size
         if total > units.shape[0]:
             repeats = math.ceil(total / units.shape[0])
             units = torch.cat([units] * repeats)
-        return units[self.rank : total : self.world_size]
+        return units[rank:total:world_size]
 
     def __iter__(self) -> Iterator[Any]:
-        units = self.epoch_indices()
+        units = self._share(0, 1) if read_by_sharding_loader() else self.epoch_indices()
         if self._live is not None and self._position == self._started:
             # The last iterator was never advanced: this is a second iter() for the same pass
             # (a DataLoader with workers calls it twice as it starts), so keep its start.
@@ -259,8 +277,19 @@ class Sampler(TorchSampler):
                 is more than what was trained on. With ``batch_size=B`` and ``k`` batches taken
                 in this epoch: ``consumed=min(k * B, len(sampler))`` for an index sampler,
                 ``consumed=k`` for a batch sampler. Default: what the sampler's iterator has
-                yielded (right for a plain loop over the sampler or ``num_workers=0``).
+                yielded (right for a plain loop over the sampler or ``num_workers=0``, and under
+                torchdata's ``StatefulDataLoader``, which asks when it hands a batch out).
+
+        The feedback tensors are copies, except when torchdata's ``StatefulDataLoader`` asks:
+        it keeps the state from when it handed a batch to a worker, before the loop trained on
+        that batch and fed its losses back, so it gets the sampler's own tensors, which
+        :meth:`update` changes in place. Its ``state_dict()`` then holds the feedback of the
+        moment it is serialised: save it (``torch.save``, ``copy.deepcopy``) when taken.
         """
+        return self._state(consumed, live=called_by_stateful_loader())
+
+    def _state(self, consumed: int | None, live: bool) -> dict[str, Any]:
+        """:meth:`state_dict`; ``live``: feedback as the sampler's own tensors, not copies."""
         position = self._position
         if consumed is not None:
             check_int("consumed", consumed, 0)
@@ -277,7 +306,10 @@ class Sampler(TorchSampler):
             "seed": self.seed,
             "epoch": self.epoch,
             "position": position,
-            "feedback": {name: getattr(self, name).clone() for name in self.feedback_state},
+            "feedback": {
+                name: getattr(self, name) if live else getattr(self, name).clone()
+                for name in self.feedback_state
+            },
         }
         if self.feedback_state and self._drawn is not None:
             # The epoch's draw depends on feedback as it was when the epoch began.
@@ -298,15 +330,44 @@ class Sampler(TorchSampler):
             )
         self.set_epoch(state["epoch"])
         for name in self.feedback_state:
-            setattr(self, name, state["feedback"][name].clone())
+            _restore_in_place(self, name, state["feedback"][name])
         self._drawn = None
         if "epoch_distribution" in state:
             kind, weights, *table = state["epoch_distribution"]  # (states before the flag: 2)
-            frozen = {"ClassWeights": ClassWeights, "SampleWeights": SampleWeights}[kind](
-                weights, changes_each_epoch=bool(table and table[0])
-            )
-            frozen = on_pool_thread(lambda: self._prepared(frozen))
+            kinds: dict[str, type[ClassWeights] | type[SampleWeights]] = {
+                "ClassWeights": ClassWeights,
+                "SampleWeights": SampleWeights,
+            }
+            saved = kinds[kind](weights, changes_each_epoch=bool(table and table[0]))
+            frozen = on_pool_thread(lambda: self._prepared(saved))
             units = self._draw(frozen, epoch_seed(self.seed, self.epoch))
             self._drawn = (self.epoch, frozen, units)
         self._resume_at = self._started = state["position"]
         self._live = None
+
+
+def _keep_in_place(owner: object, name: str, tensor: torch.Tensor) -> None:
+    """Put ``owner.<name>``'s values into ``tensor`` and make it ``owner.<name>`` again, if the
+    strategy replaced it by a tensor of the same shape and dtype."""
+    new = getattr(owner, name)
+    if new is not tensor and _same_layout(new, tensor):
+        tensor.copy_(new)
+        setattr(owner, name, tensor)
+
+
+def _restore_in_place(owner: object, name: str, saved: torch.Tensor) -> None:
+    current = getattr(owner, name)
+    if _same_layout(saved, current):
+        current.copy_(saved)
+    else:
+        setattr(owner, name, saved.clone())
+
+
+def _same_layout(a: object, b: object) -> bool:
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.shape == b.shape
+        and a.dtype == b.dtype
+        and a.device == b.device
+    )

@@ -7,20 +7,15 @@ from functools import partial
 from typing import Any
 
 import torch
+from torch.utils.data import Sampler as TorchSampler
 
-from samplers._core import (
-    CHUNK,
-    ClassWeights,
-    Distribution,
-    check_bool,
-    check_int,
-    cycled_passes,
-    generator_for,
-    group_by,
-    run_tasks,
-    sub_seed,
-)
-from samplers.base import Sampler
+from samplers._batching import BatchSamplerBase
+from samplers._checks import check_bool, check_int
+from samplers._distributions import ClassWeights, Distribution
+from samplers._draw import cycled_passes
+from samplers._labels import group_by
+from samplers._pool import CHUNK, run_tasks
+from samplers._seeding import generator_for, sub_seed
 
 __all__ = ["FixedClassSampler", "REPEATS"]
 
@@ -28,7 +23,7 @@ __all__ = ["FixedClassSampler", "REPEATS"]
 REPEATS = ("never", "small_classes", "independent")
 
 
-class FixedClassSampler(Sampler):
+class FixedClassSampler(BatchSamplerBase):
     """Yields batches (lists of indices) of an exact class composition.
 
     Either ``classes_per_batch`` K and ``samples_per_class`` M (each batch: K distinct classes
@@ -49,7 +44,8 @@ class FixedClassSampler(Sampler):
     members of that order, so every member is used before any is used again.
 
     ``replacement`` is the earlier spelling, kept for existing configs: ``True`` means
-    ``repeats="independent"``, ``False`` means ``repeats="never"``.
+    ``repeats="independent"``, ``False`` means ``repeats="never"``. ``sampler`` is for
+    frameworks that rebuild batch samplers (see :class:`~samplers._batching.BatchSamplerBase`).
     """
 
     def __init__(
@@ -63,12 +59,14 @@ class FixedClassSampler(Sampler):
         num_batches: int | None = None,
         repeats: str | None = None,
         replacement: bool | None = None,
+        sampler: TorchSampler[Any] | None = None,
         **kwargs: Any,
     ) -> None:
         if "num_samples" in kwargs:
             raise ValueError("num_samples does not apply to fixed_class; set num_batches instead")
         # Whole-epoch draws with replacement in the base; repeats govern what happens per batch.
         super().__init__(labels, replacement=True, **kwargs)
+        self._take_sharding_from(sampler)
         self.repeats = _resolve_repeats(repeats, replacement)
         counts = self.class_counts
         if quotas is not None:
@@ -153,9 +151,8 @@ class FixedClassSampler(Sampler):
             ]
         else:
             slots = out.view(-1, self.samples_per_class)  # one row per (batch, class) slot
-            chosen: list[
-                torch.Tensor
-            ] = []  # drawn on a pool thread: torch runs single-threaded there
+            # Drawn on a pool thread: torch runs single-threaded there.
+            chosen: list[torch.Tensor] = []
             run_tasks([lambda: chosen.append(self._choose_classes(generator_for(seed)))])
             grouped, per_class = group_by(chosen[0], self.num_classes)
             ends = torch.cumsum(per_class, 0).tolist()
@@ -200,7 +197,7 @@ class FixedClassSampler(Sampler):
         slots.index_copy_(0, rows, self._members(c, rows.numel(), self.samples_per_class, seed))
 
 
-def _batched(tasks: list[tuple[int, Callable[[], None]]]) -> list[Callable[[], None]]:
+def _batched(tasks: Sequence[tuple[int, Callable[[], None]]]) -> list[Callable[[], None]]:
     """Consecutive (items, task) pairs joined into tasks of at least CHUNK items each: small
     classes cost a thread hand-off each otherwise."""
     joined: list[list[Callable[[], None]]] = [[]]

@@ -8,17 +8,14 @@ from functools import partial
 from typing import Any
 
 import torch
+from torch.utils.data import Sampler as TorchSampler
 
-from samplers._core import (
-    ClassWeights,
-    Distribution,
-    check_int,
-    check_number,
-    cycled_passes,
-    epoch_seed,
-    on_pool_thread,
-    sub_seed,
-)
+from samplers._batching import BatchSamplerBase
+from samplers._checks import check_int, check_number
+from samplers._distributions import ClassWeights, Distribution
+from samplers._draw import cycled_passes
+from samplers._pool import on_pool_thread
+from samplers._seeding import epoch_seed, sub_seed
 from samplers.base import Sampler
 
 __all__ = ["MixtureSampler"]
@@ -26,7 +23,7 @@ __all__ = ["MixtureSampler"]
 Component = Callable[..., Sampler] | Sequence[int] | torch.Tensor
 
 
-class MixtureSampler(Sampler):
+class MixtureSampler(BatchSamplerBase):
     """Yields batches of which a fixed number of items comes from each component.
 
     Every batch holds ``counts[c]`` items of component ``c``, component 0's first, then
@@ -54,6 +51,8 @@ class MixtureSampler(Sampler):
             component), so ``shares=[0.7, 0.3]`` with ``batch_size=10`` gives 7 and 3 exactly.
         batch_size: items per batch.
         num_batches: batches per epoch (default: dataset size // batch_size, at least 1).
+        sampler: for frameworks that rebuild batch samplers (see
+            :class:`~samplers._batching.BatchSamplerBase`).
     """
 
     def __init__(
@@ -64,11 +63,13 @@ class MixtureSampler(Sampler):
         shares: Sequence[float],
         batch_size: int,
         num_batches: int | None = None,
+        sampler: TorchSampler[Any] | None = None,
         **kwargs: Any,
     ) -> None:
         if "num_samples" in kwargs:
             raise ValueError("num_samples does not apply to mixture; set num_batches instead")
         super().__init__(labels, replacement=True, **kwargs)
+        self._take_sharding_from(sampler)
         components, shares = list(components), list(shares)
         if not components or len(shares) != len(components):
             raise ValueError(
@@ -167,12 +168,12 @@ class MixtureSampler(Sampler):
     def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
         for component in self.components:
             if isinstance(component, Sampler):
-                component.observe(indices, losses)
+                component._observe(indices, losses)
 
-    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        state = super().state_dict(consumed)
+    def _state(self, consumed: int | None, live: bool) -> dict[str, Any]:
+        state = super()._state(consumed, live)
         state["components"] = [
-            c.state_dict() if isinstance(c, Sampler) else None for c in self.components
+            c._state(None, live) if isinstance(c, Sampler) else None for c in self.components
         ]
         return state
 

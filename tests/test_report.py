@@ -281,9 +281,11 @@ def test_a_real_sweep_reports_onto_its_parent_run(sweep, capsys):
 
 
 def test_samplers_import_torch_alone():
+    """Also samplers.integrations: each framework is imported only by its own submodule."""
     code = (
-        "import sys, samplers; bad = [m for m in ('runner', 'hydra', 'omegaconf', 'mlflow', 'sklearn') "
-        "if m in sys.modules]; print(bad)"
+        "import sys, samplers, samplers.integrations; bad = [m for m in ('runner', 'hydra', "
+        "'omegaconf', 'mlflow', 'sklearn', 'lightning', 'pytorch_lightning', 'accelerate', "
+        "'torchdata', 'transformers') if m in sys.modules]; print(bad)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

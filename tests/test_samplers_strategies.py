@@ -12,7 +12,7 @@ from scipy.stats import chi2
 
 import samplers
 from samplers import sampling_stats
-from samplers._core import AliasTable, GuideTable
+from samplers._tables import AliasTable, GuideTable
 from samplers.strategies import schedule_progress
 
 LABELS = torch.tensor([0] * 500 + [1] * 200 + [2] * 60 + [3] * 15 + [4] * 3)

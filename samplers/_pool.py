@@ -1,0 +1,96 @@
+"""The drawing pool: independent, separately seeded chunks of random work on a few threads.
+
+Results do not depend on the number of threads: each chunk has its own generator, and sums or
+tables built on a pool thread run with torch single-threaded there.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import TypeVar
+
+import torch
+
+from samplers._seeding import generator_for
+
+__all__ = ["CHUNK", "chunks", "in_chunks", "on_pool_thread", "run_tasks"]
+
+T = TypeVar("T")
+
+#: Random work runs in chunks of this many items, each from its own generator, so the result
+#: does not depend on how many threads produced it (and chunks stay in cache).
+CHUNK = 1 << 16
+_pool: ThreadPoolExecutor | None = None
+_in_worker = threading.local()
+
+
+def _forget_pool() -> None:
+    """A forked child inherits the pool object but not its threads: start a fresh one there."""
+    global _pool
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _start_worker(threads: int) -> None:
+    """Pool threads run torch on one thread each: the pool's chunks are the parallelism, and a
+    small draw never waits on intra-op threads that a loaded machine has descheduled."""
+    torch.get_num_threads()  # torch's lazy per-thread setup first, so that it cannot undo this
+    torch.set_num_threads(1)  # per thread under OpenMP, but it also sets torch's default for new
+    # threads; a short-lived thread puts that default back, so user threads are unaffected.
+    restore = threading.Thread(target=torch.set_num_threads, args=(threads,))
+    restore.start()
+    restore.join()
+    _in_worker.active = True
+
+
+def run_tasks(tasks: Sequence[Callable[[], object]]) -> None:
+    """Run independent ``tasks`` (each seeded on its own) on the drawing pool.
+
+    Inside a pool thread the tasks run inline: nested waits on one pool could deadlock.
+    """
+    global _pool
+    if getattr(_in_worker, "active", False):
+        for task in tasks:
+            task()
+        return
+    if _pool is None:
+        threads = torch.get_num_threads()
+        _pool = ThreadPoolExecutor(
+            max_workers=max(1, min(threads, 8)), initializer=_start_worker, initargs=(threads,)
+        )
+    for future in [_pool.submit(task) for task in tasks]:
+        future.result()  # torch releases the GIL inside its kernels; errors surface here
+
+
+def on_pool_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` computed on a pool thread, where torch runs single-threaded: sums and tables
+    built there do not depend on the thread count (a parallel sum rounds differently)."""
+    result: list[T] = []
+    run_tasks([lambda: result.append(fn())])
+    return result[0]
+
+
+def chunks(count: int) -> range:
+    """The numbers of the ``CHUNK``-sized chunks that ``count`` items fill."""
+    return range(-(-count // CHUNK))
+
+
+def in_chunks(
+    count: int, seed: int, produce: Callable[[int, torch.Generator], torch.Tensor]
+) -> torch.Tensor:
+    """``produce(size, generator)`` for each chunk of ``count``, on the drawing pool."""
+    out = torch.empty(count, dtype=torch.long)
+
+    def fill(chunk: int) -> None:
+        start = chunk * CHUNK
+        size = min(CHUNK, count - start)
+        out[start : start + size] = produce(size, generator_for(seed, chunk))
+
+    run_tasks([partial(fill, chunk) for chunk in chunks(count)])
+    return out

@@ -1,0 +1,99 @@
+"""Tables that draw items in proportion to float64 weights: alias (fastest draws) and guide
+(cheapest build)."""
+
+from __future__ import annotations
+
+import torch
+
+from samplers._pool import CHUNK
+
+__all__ = ["AliasTable", "GuideTable"]
+
+
+class AliasTable:
+    """Walker's alias table over K items: O(1) per draw, exact up to float64 rounding.
+
+    Built without a Python loop over items: with weights scaled to mean 1, light items (< 1) and
+    heavy items are swept in index order, so each light bucket's deficit comes from the heavy
+    item whose cumulative excess covers it, and each heavy item, once its residual drops below
+    1, takes the rest of its bucket from the next heavy item. Both assignments are one
+    ``searchsorted`` over the cumulative deficits and excesses.
+    """
+
+    def __init__(self, weights: torch.Tensor) -> None:
+        k = weights.numel()
+        scaled = weights.double() * (k / weights.sum(dtype=torch.float64))
+        self.keep = torch.ones(k, dtype=torch.float64)
+        self.alias = torch.arange(k)
+        light = torch.nonzero(scaled < 1.0).flatten()
+        heavy = torch.nonzero(scaled >= 1.0).flatten()
+        if light.numel() and heavy.numel():
+            light_scaled = torch.index_select(scaled, 0, light)
+            deficit = torch.cumsum(1.0 - light_scaled, 0)
+            excess = torch.cumsum(torch.index_select(scaled, 0, heavy) - 1.0, 0)
+            last = heavy.numel() - 1
+            # Light i is filled by the first heavy j whose cumulative excess reaches D_{i-1}.
+            donor = torch.searchsorted(excess, deficit - (1.0 - light_scaled)).clamp_(max=last)
+            self.keep.index_copy_(0, light, light_scaled)
+            self.alias.index_copy_(0, light, torch.index_select(heavy, 0, donor))
+            # Heavy j turns light at the first light with D_i > E_j; it keeps 1 + E_j - D_i and
+            # takes the rest of its bucket from heavy j + 1. The last heavy keeps a whole bucket.
+            turn = torch.searchsorted(deficit[:-1], excess[:-1], right=True)
+            residual = 1.0 + excess[:-1] - torch.index_select(deficit, 0, turn)
+            self.keep.index_copy_(0, heavy[:-1], residual.clamp_(0.0, 1.0))
+            self.alias.index_copy_(0, heavy[:-1], heavy[1:])
+
+    def sample(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        bucket = torch.randint(0, self.keep.numel(), (count,), generator=generator)
+        u = torch.rand(count, dtype=torch.float64, generator=generator)
+        stays = u < torch.index_select(self.keep, 0, bucket)
+        return torch.where(stays, bucket, torch.index_select(self.alias, 0, bucket))
+
+
+class GuideTable:
+    """Inverse-CDF lookup over K items with a guide table (Chen & Asau 1974): built in O(K),
+    about one lookup per draw, exact up to float64 rounding.
+
+    The cumulative weights are scaled to ``[0, B)`` with ``B >= K`` buckets; ``guide[j]`` is the
+    item that covers point ``j``. A draw ``u`` starts at ``guide[floor(u)]`` and steps forward
+    past the item ends at or below ``u``; a bucket holds at most one item end on average, so two
+    steps settle nearly every draw and the rare rest is a binary search. The build is a cumulative
+    sum and a bincount, several times cheaper than an alias table's, so weights that change
+    every epoch (hard_mined) use it.
+    """
+
+    def __init__(self, weights: torch.Tensor) -> None:
+        k = weights.numel()
+        buckets = max(k, 1 << 12)  # few classes: more buckets, so that no steps are needed
+        self.ends = torch.cumsum(weights.double(), 0)
+        self.ends *= buckets / float(self.ends[-1])
+        self.total = float(self.ends[-1])
+        self.last = k - 1
+        # Items per bucket: with many buckets per item a draw almost never has to step.
+        self.steps = 0 if buckets >= 16 * k else 2
+        # guide[j] = number of items that end at or before j = the item covering j; zero-weight
+        # items end where their predecessor does and are stepped over. Counted chunk by chunk,
+        # so that no temporary as large as the weights is made (10^8 samples: 800 MB each).
+        dtype = torch.int32 if k < 2**31 else torch.long
+        self.guide = torch.zeros(buckets + 2, dtype=dtype)
+        one = torch.ones(1, dtype=dtype).expand(CHUNK)
+        for start in range(0, k, CHUNK):
+            ends_at = torch.ceil(self.ends[start : start + CHUNK]).long().clamp_(max=buckets + 1)
+            self.guide.index_add_(0, ends_at, one[: ends_at.numel()])
+        self.guide = torch.cumsum(self.guide[: buckets + 1], 0, dtype=dtype)
+
+    def lookup(self, u: torch.Tensor) -> torch.Tensor:
+        """The item covering each point ``u`` of ``[0, total)`` (float64)."""
+        item = torch.index_select(self.guide, 0, u.long()).long()
+        for _ in range(self.steps):
+            item += torch.index_select(self.ends, 0, item.clamp_(max=self.last)) <= u
+        item.clamp_(max=self.last)
+        behind = torch.nonzero(torch.index_select(self.ends, 0, item) <= u).flatten()
+        if behind.numel():
+            found = torch.searchsorted(self.ends, torch.index_select(u, 0, behind), right=True)
+            item.index_copy_(0, behind, found.clamp_(max=self.last))
+        return item
+
+    def sample(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        u = torch.rand(count, dtype=torch.float64, generator=generator).mul_(self.total)
+        return self.lookup(u)
