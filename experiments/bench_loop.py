@@ -7,7 +7,7 @@ Data: CIFAR-sized uint8 images (3x32x32) in memory, standardised per channel, au
 * bare step: forward, cross-entropy, backward and SGD step on ready float batches (the same
   images, converted and standardised beforehand, a different batch each step, as a loop reads
   them): the compute any loop has to pay;
-* loop: :func:`runner.train.train_epoch` as the runner calls it (the sampler's order, the
+* loop: :func:`runner.fit.train_epoch` as the runner calls it (the sampler's order, the
   in-memory gather, conversion, augmentation, the loss, per-sample losses back to the sampler,
   the finiteness check, the LR schedule);
 * evaluation: :meth:`runner.feeding.Feed.predict` against a bare forward over the same images.
@@ -37,11 +37,13 @@ from collections.abc import Callable
 import torch
 from torch.nn import functional as F
 
+from runner.config import TrainerConfig
 from runner.data import Augment, augment_batch
 from runner.feeding import Feed
+from runner.fit import train_epoch
 from runner.losses import ClassWeightedLoss
 from runner.models import ResNet32, SmallCNN
-from runner.train import TrainerConfig, autocast, build_state, train_epoch
+from runner.state import autocast, build_state
 from samplers import UniformSampler
 
 print = functools.partial(print, flush=True)  # noqa: A001 - progress shows as it comes
@@ -111,7 +113,7 @@ def _loop_and_bare(
     cfg = TrainerConfig(epochs=10**6, batch_size=BATCH, warmup_epochs=1)
     torch.manual_seed(0)
     state = build_state(make().to(device), sampler, cfg, seed=0)
-    loss_fn = ClassWeightedLoss(torch.bincount(y), sampler, epochs=cfg.epochs, weights=None)
+    loss_fn = ClassWeightedLoss(torch.bincount(y), None, epochs=cfg.epochs, weights=None)
     loss_fn, y = loss_fn.to(device), y.to(device)
     augment = Augment(crop_padding=4, flip=True)
     (ready,) = feed.batches(torch.arange(n), n)

@@ -40,8 +40,10 @@ def _check(name: str, ok: bool, detail: str = "") -> bool:
 
 
 def check_case(name: str, overrides: list[str], epochs: int) -> tuple[bool, dict[str, float]]:
-    from runner.app import Progress, build_parts, record_results, train_and_track
     from runner.feeding import Feed
+    from runner.fit import fit
+    from runner.parts import Progress, build_parts
+    from runner.results import record_results
     from runner.tracking import Tracker
 
     with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(str(CONF), version_base="1.3"):
@@ -62,7 +64,7 @@ def check_case(name: str, overrides: list[str], epochs: int) -> tuple[bool, dict
         tracker = Tracker.start(uri, "gpu-check", name, params={}, tags={})
         progress, checkpoint = Progress(), Path(tmp) / "checkpoint.pt"
         started = time.perf_counter()
-        train_and_track(cfg, parts, tracker, progress, checkpoint)
+        fit(cfg, parts, tracker, progress, checkpoint)
         if parts.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = (time.perf_counter() - started) / epochs

@@ -28,8 +28,9 @@ log = logging.getLogger("runner")
 def app(cfg: DictConfig) -> float:
     try:
         check_targets(cfg)  # config errors answer before the heavier imports below
-        from runner.app import objective, run  # here, so that --help and --cfg stay fast
+        from runner.app import run  # here, so that --help and --cfg stay fast
         from runner.distributed import process_group
+        from runner.results import objective
 
         with process_group(cfg.trainer.device):  # under torchrun; nothing in one process
             return objective(cfg, run(cfg))

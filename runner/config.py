@@ -94,12 +94,13 @@ def register() -> None:
     OmegaConf.register_new_resolver("pid", os.getpid, use_cache=True, replace=True)
 
 
-# Arguments the runner supplies itself when it builds each group's object.
-SUPPLIED = {
+# Arguments the runner supplies itself when it builds each group's object (runner.parts.build
+# builds with exactly these, so the check and the build cannot drift apart).
+SUPPLIED: dict[str, set[str]] = {
     "data": set(),
     "model": {"in_shape", "num_classes"},
     "sampler": {"labels"},
-    "loss": {"class_counts", "sampler", "epochs"},
+    "loss": {"class_counts", "sampler_weights", "epochs"},
 }
 
 

@@ -31,6 +31,20 @@ class Evaluation:
         out = {f"{prefix}/{k}": float(getattr(self, k)) for k in HEADLINE}
         return {k: v for k, v in out.items() if not np.isnan(v)}
 
+    def one_line(self) -> str:
+        """The headline metrics as the console prints them."""
+        parts = [
+            f"acc {self.accuracy:.4f}",
+            f"bal-acc {self.balanced_accuracy:.4f}",
+            f"macro-F1 {self.macro_f1:.4f}",
+        ]
+        parts += [
+            f"{g} {getattr(self, g + '_accuracy'):.4f}"
+            for g in ("many", "medium", "few")
+            if not np.isnan(getattr(self, g + "_accuracy"))
+        ]
+        return "  ".join(parts)
+
     def metrics(self, class_names: list[str], prefix: str = "test") -> dict[str, float]:
         """Flat metric dict; a shot group with no classes (NaN) is left out."""
         out = self.headline(prefix)

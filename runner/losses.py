@@ -56,10 +56,11 @@ class ClassWeightedLoss(nn.Module):
     """Per-sample ``w[y] * (1 - p_y)^gamma * CE`` (gamma=0: cross-entropy; gamma>0: focal).
 
     Args:
-        class_counts, sampler, epochs: supplied by the runner.
+        class_counts, sampler_weights, epochs: supplied by the runner; ``sampler_weights`` are the
+            sampler's class loss weights (``class_loss_weights()``, the hybrid strategy), or None.
         weights: ``None`` (no class weights), ``"inverse"``, ``"effective"`` (with ``beta``),
-            ``"sampler"`` (the sampler's ``class_loss_weights()``; an error if it has none) or
-            ``"auto"`` (the sampler's when it provides them, else none).
+            ``"sampler"`` (``sampler_weights``; an error if there are none) or ``"auto"``
+            (``sampler_weights`` when there are some, else none).
         gamma: focal exponent.
         defer_fraction: weights stay at one until this fraction of the epochs (DRW), e.g. 0.8.
 
@@ -71,7 +72,7 @@ class ClassWeightedLoss(nn.Module):
     def __init__(
         self,
         class_counts: torch.Tensor,
-        sampler: object,
+        sampler_weights: torch.Tensor | None,
         epochs: int,
         weights: str | None = "auto",
         beta: float = 0.999,
@@ -87,13 +88,13 @@ class ClassWeightedLoss(nn.Module):
             raise ValueError(f"loss.gamma must be >= 0, got {gamma}")
         if not 0.0 <= defer_fraction < 1.0:
             raise ValueError(f"loss.defer_fraction must lie in [0, 1), got {defer_fraction}")
-        from_sampler = getattr(sampler, "class_loss_weights", None)
-        if weights == "sampler" and from_sampler is None:
+        if weights == "sampler" and sampler_weights is None:
             raise ValueError(
-                f"loss.weights='sampler' but {type(sampler).__name__} provides no class loss weights; use sampler=hybrid or another loss.weights"
+                "loss.weights='sampler' but the sampler provides no class loss weights; use "
+                "sampler=hybrid or another loss.weights"
             )
-        if weights in ("sampler", "auto") and from_sampler is not None:
-            class_weights: torch.Tensor | None = from_sampler().float()
+        if weights in ("sampler", "auto") and sampler_weights is not None:
+            class_weights: torch.Tensor | None = torch.as_tensor(sampler_weights).float()
         elif weights in ("inverse", "effective"):
             class_weights = rule_weights(class_counts, weights, beta).float()
         else:
@@ -141,7 +142,7 @@ class LDAMLoss(ClassWeightedLoss):
     def __init__(
         self,
         class_counts: torch.Tensor,
-        sampler: object,
+        sampler_weights: torch.Tensor | None,
         epochs: int,
         max_margin: float = 0.5,
         scale: float = 30.0,
@@ -150,7 +151,12 @@ class LDAMLoss(ClassWeightedLoss):
         defer_fraction: float = 0.8,
     ) -> None:
         super().__init__(
-            class_counts, sampler, epochs, weights=weights, beta=beta, defer_fraction=defer_fraction
+            class_counts,
+            sampler_weights,
+            epochs,
+            weights=weights,
+            beta=beta,
+            defer_fraction=defer_fraction,
         )
         max_margin = _number("max_margin", max_margin, "the paper uses 0.5")
         if max_margin <= 0:
@@ -186,9 +192,13 @@ class LogitAdjustedLoss(ClassWeightedLoss):
     """
 
     def __init__(
-        self, class_counts: torch.Tensor, sampler: object, epochs: int, tau: float = 1.0
+        self,
+        class_counts: torch.Tensor,
+        sampler_weights: torch.Tensor | None,
+        epochs: int,
+        tau: float = 1.0,
     ) -> None:
-        super().__init__(class_counts, sampler, epochs, weights=None)
+        super().__init__(class_counts, sampler_weights, epochs, weights=None)
         tau = _number("tau", tau, "1.0 is the paper's (and balanced softmax)")
         if tau < 0:
             raise ValueError(

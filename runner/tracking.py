@@ -12,16 +12,17 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import mlflow
+import torch
 from mlflow.entities import Metric, Param, Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig, OmegaConf
 
+from runner.config import config_key, resolved
 from runner.errors import UserError
 from runner.signals import held
 from runner.stores import (
@@ -30,6 +31,9 @@ from runner.stores import (
     resolve_uri,
     store_error,
 )
+
+if TYPE_CHECKING:
+    from runner.data import LongTailData
 
 _BATCH = 100  # MLflow accepts at most 100 params and 1000 metrics per log_batch call
 T = TypeVar("T")
@@ -118,6 +122,28 @@ def git_commit() -> str:
 
 def _chunks(items: list, size: int) -> Iterable[list]:
     return (items[i : i + size] for i in range(0, len(items), size))
+
+
+class Recorder(Protocol):
+    """What the training loop writes a run's record to: the MLflow :class:`Tracker` on rank 0
+    (or the one process), a :class:`Bystander` that records nothing on the other ranks."""
+
+    run_id: str
+    run_name: str
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
+
+    def log_rows(self, rows: list[Row]) -> None: ...
+
+    def last_step(self, key: str) -> int | None: ...
+
+    def set_tags(self, tags: Mapping[str, str]) -> None: ...
+
+    def log_artifacts(self, files: Mapping[str, Any]) -> None: ...
+
+    def finish(self, status: str = "FINISHED") -> None: ...
+
+    def where(self) -> str: ...
 
 
 class Tracker:
@@ -233,9 +259,9 @@ class Tracker:
         return f"run {self.run_id} in experiment {self.experiment_id} at {self.uri} (browse: {ui})"
 
 
-class Bystander(Tracker):
-    """What a rank other than 0 holds in place of its :class:`Tracker` under torchrun: the run's
-    id and name, as rank 0 created or reopened it, and no MLflow at all (rank 0 alone writes)."""
+class Bystander:
+    """What a rank other than 0 records to under torchrun: nothing. It knows the run's id and
+    name, as rank 0 created or reopened it, and no MLflow at all (rank 0 alone writes)."""
 
     def __init__(self, run_id: str, run_name: str) -> None:
         self.run_id, self.run_name = run_id, run_name
@@ -245,6 +271,9 @@ class Bystander(Tracker):
         return cls(tracker.run_id, tracker.run_name)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        pass
+
+    def log_rows(self, rows: list[Row]) -> None:
         pass
 
     def last_step(self, key: str) -> int | None:
@@ -274,74 +303,6 @@ def find_run(client: MlflowClient, uri: str, run_id: str) -> Run:
         ) from error
 
 
-@dataclass
-class PreviousRun:
-    """A run to continue (or, FINISHED, to skip), as found by :func:`previous_run`."""
-
-    client: MlflowClient
-    run_id: str
-    status: str
-    via_parent: bool  # found as a sweep parent's child with the same config
-    tags: dict[str, str]
-    metrics: dict[str, float]
-
-    @property
-    def config(self) -> str:
-        """The resolved config the run was started with (its ``config.yaml``)."""
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                path = self.client.download_artifacts(self.run_id, "config.yaml", tmp)
-            except Exception as error:
-                raise UserError(
-                    f"resume={self.run_id!r}: the run has no config.yaml artifact\n"
-                    "only runs started by this version of samplerlab can be resumed"
-                ) from error
-            return Path(path).read_text()
-
-    @contextmanager
-    def checkpoint_file(self) -> Iterator[Path | None]:
-        """Its last checkpoint while the block runs: the local file its tag names, else its
-        artifact (downloaded to a temporary folder removed afterwards), else None."""
-        local = Path(self.tags.get("checkpoint", ""))
-        if self.tags.get("checkpoint") and local.is_file():
-            yield local
-            return
-        with tempfile.TemporaryDirectory(prefix="samplerlab-resume-") as folder:
-            try:
-                path = self.client.download_artifacts(
-                    self.run_id, "checkpoint/checkpoint.pt", folder
-                )
-            except Exception:
-                path = None
-            yield Path(path) if path is not None else None
-
-
-def previous_run(uri: str, resume: str, config_keys: set[str]) -> PreviousRun | None:
-    """The run ``resume`` names; for a sweep's parent, its child whose ``config_key`` is one of
-    ``config_keys`` (a finished one first, else the newest; None when the sweep never ran that
-    job)."""
-    client = MlflowClient(tracking_uri=uri)
-    run = find_run(client, uri, resume)
-    via_parent = run.data.tags.get("sweep") == "parent"
-    if via_parent:
-        same = [
-            c
-            for c in child_runs(client, run.info.experiment_id, run.info.run_id)
-            if c.data.tags.get("config_key") in config_keys
-        ]
-        if not same:
-            return None
-        run = next((c for c in same if c.info.status == "FINISHED"), same[0])
-    return PreviousRun(
-        client,
-        run.info.run_id,
-        run.info.status,
-        via_parent,
-        dict(run.data.tags),
-        dict(run.data.metrics),
-    )
-
-
 def child_runs(client: MlflowClient, experiment_id: str, parent_id: str) -> list[Run]:
     """The (non-deleted) nested runs of a sweep's parent, any status, newest first."""
     return client.search_runs(
@@ -364,3 +325,51 @@ def log_to_run(
         tracker.log_metrics(metrics, step=0)
     if files:
         tracker.log_artifacts(files)
+
+
+def start_run(
+    cfg: DictConfig,
+    data: LongTailData,
+    choices: dict[str, str],
+    overrides: list[str],
+    parent_run_id: str | None = None,
+) -> Tracker:
+    """A new run for ``cfg``: its name, tags (the config choices, a published recipe, the
+    overrides, the config's fingerprint), every resolved parameter, the data's class counts at
+    step 0 and ``config.yaml``; nested under ``parent_run_id`` (a sweep's parent) when given."""
+    names = {group: choices[group] for group in ("sampler", "data", "model", "loss")}
+    overridden = {o.split("=")[0].lstrip("+~") for o in overrides}
+    # A published recipe (conf/method/: sampler, loss and settings); not when sampler= or loss=
+    # on the command line replaced what the recipe chose.
+    if choices.get("method") and not overridden & {"sampler", "loss"}:
+        names["method"] = choices["method"]
+    tags = dict(names)
+    if cfg.tracking.reference:
+        tags["reference"] = cfg.tracking.reference
+    tags.update(
+        imbalance_factor=str(data.imbalance_factor),
+        git_commit=git_commit(),
+        overrides=" ".join(overrides) or "(none)",
+        config_key=config_key(cfg),
+    )
+    # Short parameters with the choice names, to group and filter by in the UI.
+    params = {**flatten(resolved(cfg)), **names}
+    tracker = Tracker.start(
+        cfg.tracking.uri,
+        cfg.tracking.experiment,
+        run_name=f"{names.get('method', names['sampler'])}-{names['data']}-s{cfg.seed}",
+        params=params,
+        tags=tags,
+        parent_run_id=parent_run_id,
+    )
+    counts = {
+        f"data/train_count/{n}": int(c)
+        for n, c in zip(data.class_names, data.train_counts, strict=True)
+    }
+    test_counts = torch.bincount(data.test_y, minlength=data.num_classes)
+    counts.update(
+        {f"data/test_count/{n}": int(c) for n, c in zip(data.class_names, test_counts, strict=True)}
+    )
+    tracker.log_metrics(counts, step=0)
+    tracker.log_artifacts({"config.yaml": OmegaConf.to_yaml(resolved(cfg))})
+    return tracker

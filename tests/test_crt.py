@@ -12,9 +12,10 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from runner.config import TrainerConfig
+from runner.fit import train_epoch
 from runner.losses import ClassWeightedLoss
 from runner.models import MLP, ResNet32, SmallCNN
-from runner.train import build_state, start_classifier_stage, total_epochs, train_epoch
+from runner.state import build_state, start_classifier_stage, total_epochs
 from samplers import DeferredSampler
 
 X = torch.randn(96, 3, 8, 8, generator=torch.Generator().manual_seed(0))
@@ -28,7 +29,7 @@ def _fresh(classifier_epochs: int = 2):
     )
     sampler = DeferredSampler(Y, switch_epoch=1, seed=4)
     state = build_state(SmallCNN((3, 8, 8), 3, width=8), sampler, cfg, seed=0)
-    return state, ClassWeightedLoss(torch.bincount(Y), sampler, epochs=1, weights=None)
+    return state, ClassWeightedLoss(torch.bincount(Y), None, epochs=1, weights=None)
 
 
 def test_stage_two_trains_only_the_classifier():
@@ -144,7 +145,8 @@ def test_a_run_is_tagged_with_its_method_only_when_the_recipe_chose_it(
     """A study's run that replaces the recipe's sampler or loss is not that method's run."""
     from hydra import compose, initialize_config_dir
 
-    from runner.app import build, start_tracking
+    from runner.parts import build
+    from runner.tracking import start_run
     from tests.conftest import ROOT
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -153,7 +155,7 @@ def test_a_run_is_tagged_with_its_method_only_when_the_recipe_chose_it(
     del cfg.hydra
     data = build("data", OmegaConf.create({"_target_": "runner.data.synthetic_lt", "n_max": 100}))
     cfg.tracking.uri = tracking_uri
-    tracker = start_tracking(cfg, data, choices, ["+experiment=cifar10_lt", *overrides])
+    tracker = start_run(cfg, data, choices, ["+experiment=cifar10_lt", *overrides])
     tracker.finish("FINISHED")
     tags = MlflowClient(tracking_uri).get_run(tracker.run_id).data.tags
     assert tags.get("method") == method

@@ -135,7 +135,8 @@ def test_a_users_dataset_class_is_cut_on_indices_without_decoding_for_labels():
 def test_image_folder_through_torchvision_over_the_budget_trains_through_a_dataloader(
     tmp_path, tracking_uri
 ):
-    from runner.app import build_parts, run
+    from runner.app import run
+    from runner.parts import build_parts
 
     write_images(tmp_path / "train", {"ant": 12, "bee": 6, "cat": 3}, size=(10, 12))
     write_images(tmp_path / "test", {"ant": 3, "bee": 3, "cat": 3}, size=(10, 12))
@@ -242,9 +243,10 @@ def test_the_dataloader_path_resumes_mid_epoch_exactly():
     from omegaconf import OmegaConf
 
     from runner.config import TrainerConfig
+    from runner.fit import train_epoch
     from runner.losses import ClassWeightedLoss
     from runner.models import SmallCNN
-    from runner.train import build_state, train_epoch
+    from runner.state import build_state
 
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (96, 3, 6, 6), generator=g, dtype=torch.uint8)
@@ -257,7 +259,7 @@ def test_the_dataloader_path_resumes_mid_epoch_exactly():
         torch.manual_seed(0)
         sampler = HardMinedSampler(y, seed=2)
         state = build_state(SmallCNN((3, 6, 6), 3, width=8), sampler, cfg, seed=0)
-        return state, ClassWeightedLoss(torch.bincount(y), sampler, epochs=2)
+        return state, ClassWeightedLoss(torch.bincount(y), None, epochs=2)
 
     def feed(memory: bool) -> Feed:
         return Feed(x if memory else Samples(x), torch.device("cpu"), norm, num_workers=0)

@@ -9,7 +9,7 @@ import torch
 from torch.nn import functional as F
 
 from runner.losses import ClassWeightedLoss, LDAMLoss, LogitAdjustedLoss, rule_weights
-from samplers import HybridSampler, UniformSampler
+from samplers import HybridSampler
 
 COUNTS = torch.tensor([100, 10, 1, 0])
 
@@ -30,7 +30,7 @@ def test_focal_deferred_weights_and_sampler_weights():
     ce = F.cross_entropy(logits, targets, reduction="none")
     labels = [0] * 100 + [1] * 10 + [2]
     loss = ClassWeightedLoss(
-        COUNTS, UniformSampler(labels), epochs=10, weights="inverse", gamma=2.0, defer_fraction=0.5
+        COUNTS, None, epochs=10, weights="inverse", gamma=2.0, defer_fraction=0.5
     )
     focal = (1 - torch.exp(-ce)) ** 2 * ce
     early, raw = loss(logits, targets, epoch=4)  # before epoch 5: no class weights (DRW)
@@ -38,9 +38,10 @@ def test_focal_deferred_weights_and_sampler_weights():
     late, _ = loss(logits, targets, epoch=5)
     assert torch.allclose(late, focal * rule_weights(COUNTS, "inverse", 0.0).float()[targets])
     hybrid = HybridSampler(labels, q=0.5)
-    auto = ClassWeightedLoss(torch.bincount(torch.tensor(labels)), hybrid, epochs=10)
+    weights = hybrid.class_loss_weights()
+    auto = ClassWeightedLoss(torch.bincount(torch.tensor(labels)), weights, epochs=10)
     assert torch.allclose(auto.class_weights, hybrid.class_loss_weights().float())
-    plain = ClassWeightedLoss(COUNTS, UniformSampler(labels), epochs=10)  # auto, no sampler weights
+    plain = ClassWeightedLoss(COUNTS, None, epochs=10)  # auto, no sampler weights
     assert plain.class_weights is None
     assert math.isclose(float(plain(logits, targets, 0)[0].sum()), float(ce.sum()), rel_tol=1e-6)
     with pytest.raises(ValueError, match="loss.defer_fraction must lie in"):

@@ -51,8 +51,9 @@ def test_train_epoch_gathers_batches_in_sampler_order_and_feeds_losses_back():
     from omegaconf import OmegaConf
 
     from runner.config import TrainerConfig
+    from runner.fit import train_epoch
     from runner.losses import ClassWeightedLoss
-    from runner.train import build_state, train_epoch
+    from runner.state import build_state
     from samplers import HardMinedSampler
 
     torch.manual_seed(0)
@@ -60,7 +61,7 @@ def test_train_epoch_gathers_batches_in_sampler_order_and_feeds_losses_back():
     sampler = HardMinedSampler(y, seed=1, replacement=False)  # 129 = 128 + a batch of one
     cfg = OmegaConf.structured(TrainerConfig(epochs=2, batch_size=128, warmup_epochs=0))
     state = build_state(SmallCNN((3, 8, 8), 3, width=8), sampler, cfg, seed=0)
-    loss_fn = ClassWeightedLoss(torch.bincount(y), sampler, epochs=2, weights=None)
+    loss_fn = ClassWeightedLoss(torch.bincount(y), None, epochs=2, weights=None)
     result = train_epoch(state, x, y, loss_fn, 128, augment=None)
     assert torch.equal(result.delivered, sampler.epoch_indices()[:128])  # the lone last one dropped
     assert state.epoch == 1 and int(sampler.seen.sum()) == 128
@@ -77,8 +78,9 @@ def test_train_state_round_trip_resumes_exactly():
 
     from runner.config import TrainerConfig
     from runner.data import Augment
+    from runner.fit import train_epoch
     from runner.losses import ClassWeightedLoss
-    from runner.train import build_state, train_epoch
+    from runner.state import build_state
     from samplers import HardMinedSampler
 
     x, y = (
@@ -91,7 +93,7 @@ def test_train_state_round_trip_resumes_exactly():
         torch.manual_seed(0)
         sampler = HardMinedSampler(y, seed=3)
         state = build_state(SmallCNN((3, 8, 8), 4, width=8), sampler, cfg, seed=0)
-        return state, ClassWeightedLoss(torch.bincount(y), sampler, epochs=3)
+        return state, ClassWeightedLoss(torch.bincount(y), None, epochs=3)
 
     augment = Augment(crop_padding=1, flip=True)
     state, loss_fn = fresh()

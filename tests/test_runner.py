@@ -31,8 +31,12 @@ def test_every_choice_composes_and_builds(group, choice):
     assert len(list(sampler)) == len(sampler)
     model = instantiate(cfg.model, in_shape=(3, 8, 8), num_classes=8, _convert_="all")
     assert model(torch.zeros(2, 3, 8, 8)).shape == (2, 8)
+    weights = getattr(sampler, "class_loss_weights", lambda: None)()
     instantiate(
-        cfg.loss, class_counts=torch.bincount(labels), sampler=sampler, epochs=cfg.trainer.epochs
+        cfg.loss,
+        class_counts=torch.bincount(labels),
+        sampler_weights=weights,
+        epochs=cfg.trainer.epochs,
     )
 
 

@@ -1,6 +1,6 @@
-"""The training loop: batches in the sampler's order, gathered by index from memory (on the
-device when there is one) or read through a DataLoader (:mod:`runner.feeding`); per-sample
-losses go back to the sampler.
+"""The training state a run carries from batch to batch and from process to process: model,
+optimizer, schedule, sampler and generators (:class:`TrainState`), how it is built, how cRT's
+classifier stage changes it, and how it is checkpointed and restored.
 
 A run has one stage, or two with ``trainer.classifier_epochs`` (cRT, Kang et al. 2020): after
 ``trainer.epochs`` the classifier is re-initialised and trained alone, everything else frozen."""
@@ -13,17 +13,15 @@ import os
 import shutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from runner.config import TrainerConfig
-from runner.data import Augment, augment_batch
 from runner.distributed import DataParallel, is_main
 from runner.errors import UserError
-from runner.feeding import Feed
 from samplers import Sampler
 
 
@@ -103,14 +101,6 @@ class TrainState:
                 self.epoch_loss_sum = torch.zeros_like(self.epoch_loss_sum)
 
 
-class Diverged(Exception):
-    """The training loss became non-finite at ``epoch`` (0-based), ``batch`` (0-based)."""
-
-    def __init__(self, epoch: int, batch: int, mean_loss_before: float) -> None:
-        self.epoch, self.batch, self.mean_loss_before = epoch, batch, mean_loss_before
-        super().__init__(f"non-finite training loss at epoch {epoch + 1}, batch {batch + 1}")
-
-
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     """Write atomically (temporary file, fsync, rename): a kill never leaves half a checkpoint,
     and a failed write (a full disk, a file-size limit, no permission) removes its temporary
@@ -169,13 +159,6 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
             "the run is left as it was; restore the file, or start a new run without resume"
         )
     return checkpoint
-
-
-@dataclass
-class EpochResult:
-    mean_loss: float
-    delivered: torch.Tensor  # the indices the model actually trained on, in order (CPU)
-    losses: torch.Tensor = field(repr=False)  # unweighted per-sample cross-entropy (CPU)
 
 
 def lr_lambda(cfg: TrainerConfig, steps_per_epoch: int) -> Callable[[int], float]:
@@ -260,100 +243,3 @@ def batches_per_epoch(sampler: Sampler, batch_size: int) -> int:
 def autocast(device: torch.device) -> AbstractContextManager:
     """Mixed precision (bfloat16) on CUDA; full precision on the CPU."""
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
-
-
-_CHECK_EVERY = 20  # batches between finiteness checks on a GPU (each one synchronises)
-
-
-def train_epoch(
-    state: TrainState,
-    train_x: torch.Tensor | Feed,
-    train_y: torch.Tensor,
-    loss_fn: Callable,
-    batch_size: int,
-    augment: Augment | None,
-    on_batch: Callable[[torch.Tensor], None] | None = None,
-) -> EpochResult:
-    """Epoch ``state.epoch`` in the sampler's order, from batch ``state.batch`` on (a restored
-    mid-epoch state continues where it stopped); hands per-sample losses back to the sampler.
-    ``train_x`` is a tensor (gathered in memory) or a :class:`runner.feeding.Feed` (in memory or
-    through a DataLoader); ``train_y`` lies on the device the model trains on.
-
-    ``on_batch`` runs after every batch, when the state is consistent: a checkpoint taken
-    there resumes exactly. Raises :class:`Diverged` when the loss turns non-finite (checked
-    every batch on the CPU, every ``_CHECK_EVERY`` batches on a GPU, to avoid a sync per batch).
-    """
-    feed = train_x if isinstance(train_x, Feed) else Feed(train_x, train_x.device)
-    sampler, model, device, parallel = state.sampler, state.model, feed.device, state.parallel
-    sampler.set_epoch(state.epoch)
-    order = sampler.epoch_indices() if parallel is None else parallel.order(sampler)
-    # Batch samplers fix their own batches; under torchrun each rank takes its part of a batch.
-    per_batch = order.shape[1] if order.dim() == 2 else batch_size // sampler.world_size
-    delivered = order.reshape(-1)
-    if delivered.numel() % per_batch == 1 and delivered.numel() > 1:
-        delivered = delivered[:-1]  # a batch of one breaks BatchNorm; dropped, so not reported
-    if state.batch == 0 or state.epoch_losses is None:
-        state.batch = 0
-        state.epoch_losses = torch.zeros(delivered.numel(), device=device)
-        state.epoch_loss_sum = torch.zeros((), device=device)
-    losses = state.epoch_losses = state.epoch_losses.to(device)
-    loss_sum = state.epoch_loss_sum = state.epoch_loss_sum.to(device)
-    check_every = 1 if device.type == "cpu" else _CHECK_EVERY
-    model.train(not state.classifier_only)
-    net = model if parallel is None else parallel.module  # the module that averages gradients
-    share = (0, 1) if parallel is None else (parallel.rank, parallel.world_size)
-    batches = delivered.to(device, non_blocking=True).split(per_batch)
-    inputs = feed.batches(delivered, per_batch, state.batch)  # x on the device, converted
-    for number, x in zip(range(state.batch, len(batches)), inputs, strict=True):
-        idx = batches[number]
-        y = train_y.index_select(0, idx)
-        if augment is not None:
-            x = augment_batch(x, augment, state.generator, share)
-        with autocast(device):
-            logits = net(x)
-        weighted, ce = loss_fn(logits, y, state.epoch)
-        loss = weighted.mean()
-        state.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        state.optimizer.step()
-        state.scheduler.step()
-        start = number * per_batch
-        losses[start : start + idx.numel()] = ce.detach()
-        loss_sum += loss.detach() * idx.numel()
-        state.batch = number + 1
-        if state.batch % check_every == 0 or state.batch == len(batches):
-            _check_finite(state, losses[: start + idx.numel()], per_batch)
-        if on_batch is not None:
-            on_batch(loss.detach())
-    trained = delivered.numel()
-    if parallel is not None:  # the whole epoch's feedback, in the global order, on every rank
-        trained *= parallel.world_size
-        loss_sum = parallel.total(loss_sum)
-        drawn = sampler.global_indices().numel()  # without the padding that evens out the ranks
-        delivered, losses = parallel.gather(delivered)[:drawn], parallel.gather(losses)[:drawn]
-    losses_cpu = losses.cpu()
-    sampler.update(delivered, losses_cpu)
-    mean_loss = float(loss_sum) / trained
-    state.epoch, state.batch, state.epoch_losses, state.epoch_loss_sum = (
-        state.epoch + 1,
-        0,
-        None,
-        None,
-    )
-    return EpochResult(mean_loss, delivered, losses_cpu)
-
-
-def _check_finite(state: TrainState, losses_so_far: torch.Tensor, per_batch: int) -> None:
-    """Raise :class:`Diverged` naming the first batch whose loss is not finite. Under torchrun
-    the ranks check the sum over all of them, so that every rank stops at the same batch."""
-    loss_sum = state.epoch_loss_sum
-    if state.parallel is not None:
-        loss_sum = state.parallel.total(loss_sum)
-    if bool(torch.isfinite(loss_sum)):
-        return
-    bad = (~torch.isfinite(losses_so_far)).nonzero()
-    # The weighted loss can overflow while the cross-entropy stays finite: then the last batch.
-    first = int(bad[0]) if bad.numel() else losses_so_far.numel() - 1
-    batch = first // per_batch
-    before = losses_so_far[: batch * per_batch]
-    raise Diverged(state.epoch, batch, float(before.mean()) if before.numel() else math.nan)

@@ -1,0 +1,305 @@
+"""The training loop, in one place: epochs of batches in the sampler's order, evaluation,
+checkpoints, and what each epoch records.
+
+Batches are gathered by index from memory (on the device when there is one) or read through a
+DataLoader (:mod:`runner.feeding`); per-sample losses go back to the sampler at the end of each
+epoch. Signals are held until a batch ends (:mod:`runner.signals`), so a checkpoint is always
+taken from a consistent state. MLflow steps are the epoch numbers the console prints
+(1 = after the first epoch; 0 holds the data's class counts)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from runner.data import Augment, augment_batch
+from runner.errors import UserError
+from runner.evaluation import Evaluation, evaluate
+from runner.feeding import Feed
+from runner.losses import LDAMLoss
+from runner.parts import Parts, Progress
+from runner.signals import raise_if_stopped, stop_on_signals
+from runner.state import (
+    TrainState,
+    autocast,
+    batches_per_epoch,
+    save_checkpoint,
+    start_classifier_stage,
+    total_epochs,
+)
+from runner.tracking import Recorder
+from samplers import Sampler, sampling_stats
+
+log = logging.getLogger("runner")
+
+
+class Diverged(Exception):
+    """The training loss became non-finite at ``epoch`` (0-based), ``batch`` (0-based)."""
+
+    def __init__(self, epoch: int, batch: int, mean_loss_before: float) -> None:
+        self.epoch, self.batch, self.mean_loss_before = epoch, batch, mean_loss_before
+        super().__init__(f"non-finite training loss at epoch {epoch + 1}, batch {batch + 1}")
+
+
+@dataclass
+class EpochResult:
+    mean_loss: float
+    delivered: torch.Tensor  # the indices the model actually trained on, in order (CPU)
+    losses: torch.Tensor = field(repr=False)  # unweighted per-sample cross-entropy (CPU)
+
+
+_CHECK_EVERY = 20  # batches between finiteness checks on a GPU (each one synchronises)
+
+
+def train_epoch(
+    state: TrainState,
+    train_x: torch.Tensor | Feed,
+    train_y: torch.Tensor,
+    loss_fn: Callable,
+    batch_size: int,
+    augment: Augment | None,
+    on_batch: Callable[[torch.Tensor], None] | None = None,
+) -> EpochResult:
+    """Epoch ``state.epoch`` in the sampler's order, from batch ``state.batch`` on (a restored
+    mid-epoch state continues where it stopped); hands per-sample losses back to the sampler.
+    ``train_x`` is a tensor (gathered in memory) or a :class:`runner.feeding.Feed` (in memory or
+    through a DataLoader); ``train_y`` lies on the device the model trains on.
+
+    ``on_batch`` runs after every batch, when the state is consistent: a checkpoint taken
+    there resumes exactly. Raises :class:`Diverged` when the loss turns non-finite (checked
+    every batch on the CPU, every ``_CHECK_EVERY`` batches on a GPU, to avoid a sync per batch).
+    """
+    feed = train_x if isinstance(train_x, Feed) else Feed(train_x, train_x.device)
+    sampler, model, device, parallel = state.sampler, state.model, feed.device, state.parallel
+    sampler.set_epoch(state.epoch)
+    order = sampler.epoch_indices() if parallel is None else parallel.order(sampler)
+    # Batch samplers fix their own batches; under torchrun each rank takes its part of a batch.
+    per_batch = order.shape[1] if order.dim() == 2 else batch_size // sampler.world_size
+    delivered = order.reshape(-1)
+    if delivered.numel() % per_batch == 1 and delivered.numel() > 1:
+        delivered = delivered[:-1]  # a batch of one breaks BatchNorm; dropped, so not reported
+    if state.batch == 0 or state.epoch_losses is None:
+        state.batch = 0
+        state.epoch_losses = torch.zeros(delivered.numel(), device=device)
+        state.epoch_loss_sum = torch.zeros((), device=device)
+    losses = state.epoch_losses = state.epoch_losses.to(device)
+    loss_sum = state.epoch_loss_sum = state.epoch_loss_sum.to(device)
+    check_every = 1 if device.type == "cpu" else _CHECK_EVERY
+    model.train(not state.classifier_only)
+    net = model if parallel is None else parallel.module  # the module that averages gradients
+    share = (0, 1) if parallel is None else (parallel.rank, parallel.world_size)
+    batches = delivered.to(device, non_blocking=True).split(per_batch)
+    inputs = feed.batches(delivered, per_batch, state.batch)  # x on the device, converted
+    for number, x in zip(range(state.batch, len(batches)), inputs, strict=True):
+        idx = batches[number]
+        y = train_y.index_select(0, idx)
+        if augment is not None:
+            x = augment_batch(x, augment, state.generator, share)
+        with autocast(device):
+            logits = net(x)
+        weighted, ce = loss_fn(logits, y, state.epoch)
+        loss = weighted.mean()
+        state.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        state.optimizer.step()
+        state.scheduler.step()
+        start = number * per_batch
+        losses[start : start + idx.numel()] = ce.detach()
+        loss_sum += loss.detach() * idx.numel()
+        state.batch = number + 1
+        if state.batch % check_every == 0 or state.batch == len(batches):
+            _check_finite(state, losses[: start + idx.numel()], per_batch)
+        if on_batch is not None:
+            on_batch(loss.detach())
+    trained = delivered.numel()
+    if parallel is not None:  # the whole epoch's feedback, in the global order, on every rank
+        trained *= parallel.world_size
+        loss_sum = parallel.total(loss_sum)
+        drawn = sampler.global_indices().numel()  # without the padding that evens out the ranks
+        delivered, losses = parallel.gather(delivered)[:drawn], parallel.gather(losses)[:drawn]
+    losses_cpu = losses.cpu()
+    sampler.update(delivered, losses_cpu)
+    mean_loss = float(loss_sum) / trained
+    state.epoch, state.batch, state.epoch_losses, state.epoch_loss_sum = (
+        state.epoch + 1,
+        0,
+        None,
+        None,
+    )
+    return EpochResult(mean_loss, delivered, losses_cpu)
+
+
+def _check_finite(state: TrainState, losses_so_far: torch.Tensor, per_batch: int) -> None:
+    """Raise :class:`Diverged` naming the first batch whose loss is not finite. Under torchrun
+    the ranks check the sum over all of them, so that every rank stops at the same batch."""
+    loss_sum = state.epoch_loss_sum
+    if state.parallel is not None:
+        loss_sum = state.parallel.total(loss_sum)
+    if bool(torch.isfinite(loss_sum)):
+        return
+    bad = (~torch.isfinite(losses_so_far)).nonzero()
+    # The weighted loss can overflow while the cross-entropy stays finite: then the last batch.
+    first = int(bad[0]) if bad.numel() else losses_so_far.numel() - 1
+    batch = first // per_batch
+    before = losses_so_far[: batch * per_batch]
+    raise Diverged(state.epoch, batch, float(before.mean()) if before.numel() else math.nan)
+
+
+def sampling_metrics(
+    sampler: Sampler, delivered: torch.Tensor, class_names: list[str]
+) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """What was drawn against what the sampler intended, per class and in summary."""
+    target = sampler.target_class_shares()
+    stats = sampling_stats(delivered, sampler.labels, target, sampler.num_classes)
+    metrics = {
+        f"sampling/share/{n}": float(s) for n, s in zip(class_names, stats.shares, strict=True)
+    }
+    metrics.update(
+        {f"sampling/target/{n}": float(t) for n, t in zip(class_names, target, strict=True)}
+    )
+    metrics.update(
+        {
+            "sampling/unique_ratio": stats.unique_ratio,
+            "sampling/max_repeats": stats.max_repeats,
+            "sampling/never_drawn": stats.never_drawn,
+            "sampling/kl_to_target": stats.kl_to_target,
+            "sampling/imbalance_ratio": stats.imbalance_ratio,
+        }
+    )
+    return metrics, stats.shares.numpy(), target.numpy()
+
+
+def fit(
+    cfg: DictConfig,
+    parts: Parts,
+    recorder: Recorder,
+    progress: Progress,
+    path: Path,
+    logged_through: int = 0,
+) -> None:
+    """Every epoch: train in the sampler's order, measure what was drawn, evaluate, log once
+    (steps up to ``logged_through`` were logged before a resume and are not logged again),
+    checkpoint to ``path``. Signals are held until a batch ends, then stop the loop. With
+    ``trainer.classifier_epochs`` (cRT) the classifier stage follows ``trainer.epochs``; the
+    evaluation that ends stage one is also logged as ``stage1/*``."""
+    trainer, data, state = cfg.trainer, parts.data, parts.state
+    names = data.class_names
+    feed = (parts.device, data.normalize, data.feeding.num_workers)
+    train_x, train_y = Feed(data.train_x, *feed), data.train_y.to(parts.device)
+    test_x, test_y = Feed(data.test_x, *feed), data.test_y.numpy()
+    val_x = Feed(data.val_x, *feed) if data.val_x is not None else None
+    augment = data.augment if trainer.augment else None
+    show = trainer.progress and sys.stderr.isatty()
+    steps = batches_per_epoch(parts.sampler, trainer.batch_size)
+    last = total_epochs(trainer)
+    with stop_on_signals(deferred=True):
+        while state.epoch < last:
+            if state.epoch >= trainer.epochs and not state.classifier_only:
+                start_classifier_stage(state)
+            epoch = state.epoch + 1  # as printed and logged
+            latest = f"{progress.latest.balanced_accuracy:.3f}" if progress.latest else "-"
+            bar = tqdm(
+                total=steps,
+                initial=state.batch,
+                desc=f"epoch {epoch}/{last}",
+                disable=not show,
+                leave=False,
+            )
+
+            def on_batch(loss: torch.Tensor, bar: tqdm = bar, latest: str = latest) -> None:
+                bar.update()
+                if bar.n % 10 == 0:  # reading the loss synchronises the device: not every batch
+                    bar.set_postfix(loss=f"{float(loss):.3f}", bal_acc=latest)
+                raise_if_stopped()
+
+            try:
+                result = train_epoch(
+                    state, train_x, train_y, parts.loss_fn, trainer.batch_size, augment, on_batch
+                )
+            except Diverged as diverged:
+                if epoch > logged_through and not np.isnan(diverged.mean_loss_before):
+                    recorder.log_metrics({"train/loss": diverged.mean_loss_before}, step=epoch)
+                setting, fix = _divergence_cause(cfg, parts, state.classifier_only)
+                raise UserError(
+                    f"{setting}: the training loss became non-finite at epoch {epoch}, batch "
+                    f"{diverged.batch + 1}\n{fix}"
+                ) from diverged
+            finally:
+                bar.close()
+            metrics, drawn, target = sampling_metrics(parts.sampler, result.delivered, names)
+            progress.drawn.append(drawn)
+            progress.target.append(target)
+            metrics["train/loss"] = result.mean_loss
+            metrics["train/lr"] = state.optimizer.param_groups[0]["lr"]
+            stage_one_ends = state.epoch == trainer.epochs < last
+            if state.epoch % trainer.eval_every == 0 or state.epoch == last or stage_one_ends:
+                evaluation = _evaluate(cfg, parts, test_x, test_y)
+                metrics.update(evaluation.metrics(names))
+                if stage_one_ends:
+                    metrics.update(evaluation.metrics(names, "stage1"))
+                progress.latest = evaluation
+                score = evaluation.balanced_accuracy
+                if val_x is not None:  # the honest choice of the best epoch
+                    validation = _evaluate(cfg, parts, val_x, data.val_y.numpy())
+                    metrics.update(validation.metrics(names, "val"))
+                    progress.latest_val = validation
+                    score = validation.balanced_accuracy
+                if score > progress.best_score:
+                    progress.best, progress.best_epoch, progress.best_score = (
+                        evaluation,
+                        epoch,
+                        score,
+                    )
+                log.info(
+                    "epoch %d/%d  loss %.4f  %s",
+                    epoch,
+                    last,
+                    result.mean_loss,
+                    evaluation.one_line(),
+                )
+            if epoch > logged_through:
+                recorder.log_metrics(metrics, step=epoch)
+            every = trainer.checkpoint_every
+            if every and (state.epoch % every == 0 or state.epoch == last):
+                save_checkpoint(path, checkpoint_payload(parts, progress))
+            raise_if_stopped()
+
+
+def _evaluate(cfg: DictConfig, parts: Parts, x: Feed, y: np.ndarray) -> Evaluation:
+    with autocast(parts.device):
+        predictions = x.predict(parts.state.model, cfg.trainer.eval_batch_size)
+    counts = parts.data.train_counts.numpy()
+    return evaluate(
+        y, predictions, counts, parts.data.class_names, cfg.eval.many_shot, cfg.eval.few_shot
+    )
+
+
+def _divergence_cause(cfg: DictConfig, parts: Parts, classifier_only: bool) -> tuple[str, str]:
+    """The setting to blame for a non-finite loss and its fix. Every data source checks that its
+    samples are finite, so the inputs are not the cause; LDAM's scale on an unbounded linear
+    head is a known one, else the learning rate."""
+    trainer = cfg.trainer
+    if classifier_only:  # cRT's stage two: its own lr, by default trainer.lr
+        setting = f"trainer.classifier_lr={trainer.classifier_lr or trainer.lr}"
+        return setting, "set a lower trainer.classifier_lr"
+    if isinstance(parts.loss_fn, LDAMLoss) and cfg.model.get("head", "linear") != "cosine":
+        return (
+            f"loss=ldam (loss.scale={parts.loss_fn.scale}) on model.head={cfg.model.get('head')}",
+            "use model.head=cosine, the head LDAM's scale is meant for (+method=ldam_drw sets "
+            "both), or trainer.lr=0.01, or loss.scale=1",
+        )
+    return f"trainer.lr={trainer.lr}", "lower trainer.lr (or raise trainer.warmup_epochs)"
+
+
+def checkpoint_payload(parts: Parts, progress: Progress) -> dict[str, Any]:
+    return {"train": parts.state.state_dict(), "progress": progress.state_dict()}

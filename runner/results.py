@@ -1,0 +1,108 @@
+"""A run's results: final metrics, reports, figures and the last checkpoint recorded at its end,
+the console summary, and the value a sweeper optimises (:func:`objective`)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig
+
+from runner.distributed import is_main
+from runner.parts import Parts, Progress
+from runner.state import total_epochs
+from runner.tracking import Recorder
+
+RESULT_PREFIXES = ("final/", "val/", "test/")
+
+
+def _figures(parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
+    """The run's figures; one that cannot be drawn is skipped with a warning, never failing
+    the run (its metrics are recorded by then)."""
+    from runner import plots  # here: matplotlib takes half a second to import
+
+    names, counts = parts.data.class_names, parts.data.train_counts.numpy()
+    final = progress.latest
+    makers = {
+        "confusion_matrix.png": lambda: plots.confusion_matrix_figure(
+            final.confusion, names, title
+        ),
+        "per_class_accuracy.png": lambda: plots.per_class_accuracy_figure(
+            final.recall, counts, names, title
+        ),
+        "sampled_class_shares.png": lambda: plots.sampled_shares_figure(
+            np.stack(progress.drawn), np.stack(progress.target), names, title
+        ),
+    }
+    figures = {}
+    for name, make in makers.items():
+        try:
+            figures[name] = make()
+        except Exception as error:  # a figure is never a reason to lose a run
+            warnings.warn(f"figure {name} skipped: {type(error).__name__}: {error}", stacklevel=1)
+    return figures
+
+
+def record_results(
+    cfg: DictConfig, parts: Parts, progress: Progress, recorder: Recorder, checkpoint_path: Path
+) -> dict[str, float]:
+    """Final metrics, reports, figures and the last checkpoint. Best-epoch numbers are chosen
+    on the test set, so they are optimistic: reported in a labelled text file, not as metrics."""
+    names = parts.data.class_names
+    final, best = progress.latest, progress.best
+    assert final is not None and best is not None  # the last epoch always evaluates
+    summary = final.metrics(names, "final")
+    chosen_on = "the test set (optimistic: compare final values)"
+    if parts.data.val_x is not None:
+        chosen_on = "the validation split"
+        summary.update({**best.metrics(names, "best"), "best/epoch": progress.best_epoch})
+    if recorder.last_step("final/balanced_accuracy") != total_epochs(cfg.trainer):
+        recorder.log_metrics(summary, step=total_epochs(cfg.trainer))  # once, also when resumed
+    results = {**summary, **final.headline("test")}
+    if progress.latest_val is not None:
+        results.update(progress.latest_val.headline("val"))
+    files: dict[str, Any] = {
+        "classification_report.txt": final.report,
+        "best_classification_report.txt": f"best epoch {progress.best_epoch} of "
+        f"{total_epochs(cfg.trainer)}, selected on {chosen_on}\n\n{best.report}",
+    }
+    if checkpoint_path.is_file():
+        files["checkpoint/checkpoint.pt"] = checkpoint_path
+    if cfg.tracking.plots and is_main():  # other ranks log nothing
+        files.update(_figures(parts, progress, recorder.run_name))
+    recorder.log_artifacts(files)
+    for figure in files.values():
+        if hasattr(figure, "savefig"):
+            figure.clear()  # matplotlib keeps figures alive until closed
+            import matplotlib.pyplot as plt
+
+            plt.close(figure)
+    return results
+
+
+def objective(cfg: DictConfig, results: dict[str, float]) -> float:
+    """The value of ``cfg.objective`` in a run's results (NaN when the run has no such split:
+    a validation objective without a validation split, outside an optimising sweeper)."""
+    return float(results.get(cfg.objective, float("nan")))
+
+
+def summary_text(
+    cfg: DictConfig, parts: Parts, progress: Progress, recorder: Recorder, seconds: float
+) -> str:
+    """What the console says when a run ends: its final and best-epoch metrics, and where."""
+    final, best = progress.latest, progress.best
+    assert final is not None and best is not None
+    chosen = (
+        "selected on the validation split"
+        if parts.data.val_x is not None
+        else "selected on the test set: optimistic"
+    )
+    return (
+        f"\nsamplerlab: {recorder.run_name}, {total_epochs(cfg.trainer)} epochs, "
+        f"{seconds:.1f} s on {parts.device.type}\n"
+        f"  final            {final.one_line()}\n"
+        f"  best (epoch {progress.best_epoch:>3})  {best.one_line()}   [{chosen}]\n"
+        f"  MLflow: {recorder.where()}"
+    )
