@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 from scipy.stats import binom
+from scipy.stats import t as t_dist
 
 from experiments.race.rule import look, rounds_possible, spending
 
@@ -98,6 +99,53 @@ def run_races(
         eliminated[out] = round_
         alive &= ~out
         running &= alive.sum(axis=1) > 1
+    return Outcomes(eliminated, runs, rounds)
+
+
+def naive_races(
+    values: np.ndarray, *, min_seeds: int = 3, max_seeds: int | None = None, alpha: float = 0.05
+) -> Outcomes:
+    """The race the rule replaces, for contrast: after every round, one-sided paired t-tests of
+    each survivor against the leader (n - 1 degrees of freedom), Holm across them at ``alpha``,
+    and nothing for the repeated looks."""
+    races, k, available = values.shape
+    max_seeds = available if max_seeds is None else max_seeds
+    alive = np.ones((races, k), dtype=bool)
+    eliminated = np.zeros((races, k), dtype=int)
+    runs = np.full(races, k * min_seeds)
+    rounds = np.ones(races, dtype=int)
+    running = np.ones(races, dtype=bool)
+    rows = np.arange(races)
+    for round_, n in enumerate(range(min_seeds, max_seeds + 1), start=1):
+        if round_ > 1:
+            runs = np.where(running, runs + alive.sum(axis=1), runs)
+            rounds = np.where(running, round_, rounds)
+        y = values[:, :, :n]
+        means = np.where(alive, y.mean(axis=2), -np.inf)
+        leader = means.argmax(axis=1)
+        diff = y[rows, leader][:, None, :] - y  # (races, k, n)
+        sd = diff.std(axis=2, ddof=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            statistic = diff.mean(axis=2) / (sd / math.sqrt(n))
+        p = np.where(
+            alive & (np.arange(k)[None, :] != leader[:, None]), t_dist.sf(statistic, n - 1), np.inf
+        )
+        p = np.nan_to_num(p, nan=1.0)
+        tests = (np.isfinite(p)).sum(axis=1)
+        order = np.argsort(p, axis=1)
+        ranked = np.take_along_axis(p, order, axis=1)
+        thresholds = alpha / np.maximum(tests[:, None] - np.arange(k)[None, :], 1)
+        passing = np.cumprod(ranked <= thresholds, axis=1).astype(
+            bool
+        )  # Holm stops at the first failure
+        out = np.zeros_like(alive)
+        np.put_along_axis(out, order, passing, axis=1)
+        out &= alive & running[:, None]
+        eliminated[out] = round_
+        alive &= ~out
+        running &= alive.sum(axis=1) > 1
+        if not running.any():
+            break
     return Outcomes(eliminated, runs, rounds)
 
 
@@ -199,6 +247,19 @@ def scenario_table(races: int = 4000, seed: int = 2024) -> list[dict[str, object
             row["worse_out_by_round_2"] = caught
             row["worse_out_by_round_2_lower95"] = binomial_lower(caught, races)
         rows.append(row)
+    for j, (name, means) in enumerate((("4 tied", (0,) * 4), ("9 tied", (0,) * 9))):
+        result = naive_races(simulated_values(means, races, seed + 100 + j))
+        best_out = int((result.eliminated[:, 0] > 0).sum())
+        rows.append(
+            {
+                "scenario": f"{name}: the naive race (paired t vs the leader, Holm, every round)",
+                "candidates": len(means),
+                "races": races,
+                "best_eliminated": best_out,
+                "best_eliminated_upper95": binomial_upper(best_out, races),
+                "mean_runs": float(result.runs.mean()),
+            }
+        )
     return rows
 
 
