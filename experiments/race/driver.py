@@ -18,7 +18,6 @@ the same decisions and the race goes on from its last complete round.
 from __future__ import annotations
 
 import itertools
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,6 @@ from hydra.core.utils import JobReturn
 from experiments.race.race import Race, Round
 from runner.errors import UserError
 
-log = logging.getLogger(__name__)
 SEED = "seed"  # the override that names a replicate
 
 
@@ -189,10 +187,13 @@ def run(
                     "not a number\nthe objective must be a metric the run logs (objective=val/...)"
                 ) from error
             keys[(candidate, seed)] = _config_key(result)
-        line = describe(race.close_round(), race)
-        log.info(line)
-        print(line, flush=True)
-    log.info("race over after %.1f s: %s", time.perf_counter() - started, race.stop_reason)
+        # Printed, not logged: after a job Hydra's root logger writes into that job's log file.
+        print(describe(race.close_round(), race), flush=True)
+    print(
+        f"samplerlab race: over after {time.perf_counter() - started:.1f} s "
+        f"({race.stop_reason}); {race.runs} runs",
+        flush=True,
+    )
     return race, keys, returns
 
 
