@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -34,18 +35,22 @@ from pathlib import Path
 from experiments import tables
 from experiments.race.race import Race, replay
 
+LOADS: dict[str, list[float]] = {}
 GRID = ["+experiment=digits", "seed=range(10)", "data.val_per_class=20"]
 OBJECTIVE = "val/balanced_accuracy"
 
 
 def sweep(args: list[str], uri: str, experiment: str, cwd: Path) -> tuple[str, float]:
-    """Run ``python -m runner -m ARGS`` into ``uri``; (its parent run id, wall seconds)."""
+    """Run ``python -m runner -m ARGS`` into ``uri``; (its parent run id, wall seconds). The
+    machine's 1-minute load average before and after goes into :data:`LOADS`: on a shared
+    machine a wall time means little without it."""
     command = [sys.executable, "-m", "runner", "-m", *args]
     command += [f"tracking.uri={uri}", f"tracking.experiment={experiment}"]
     print("$", " ".join(command[1:]), flush=True)
-    started = time.perf_counter()
+    before, started = os.getloadavg()[0], time.perf_counter()
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     seconds = time.perf_counter() - started
+    LOADS[experiment] = [before, os.getloadavg()[0]]
     if done.returncode != 0:
         raise SystemExit(f"the sweep failed ({done.returncode}):\n{done.stderr[-3000:]}")
     found = re.search(r"sweep parent run (\w+)", done.stdout)
@@ -110,12 +115,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "runs": len(table),
             "candidates": len(values),
             "seconds": grid_seconds,
+            "load": LOADS.get("bench-race-grid"),
             **decision,
         },
         "race": {
             "runs": record["runs"],
             "seconds": race_seconds,
+            "load": LOADS.get("bench-race-race"),
             "max_runs": args.max_runs,
+            "leader_matches": record["survivors"][0] == decision["leader"],
             "survivors": record["survivors"],
             "stop_reason": record["stop_reason"],
             "eliminated_in": record["eliminated_in"],

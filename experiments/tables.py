@@ -150,6 +150,27 @@ def grid_decision(values: dict[str, dict[int, float]], alpha: float = 0.05) -> d
     }
 
 
+def naive_replay(values: dict[str, dict[int, float]]) -> dict[str, Any]:
+    """The naive race (:func:`experiments.race.simulate.naive_races`: paired t-tests against the
+    leader after every round, Holm, nothing for the repeated looks) on a grid's values."""
+    import numpy as np
+
+    from experiments.race.simulate import naive_races
+
+    names = list(values)
+    seeds = sorted(set.intersection(*(set(v) for v in values.values())))
+    table = np.array([[[values[n][s] for s in seeds] for n in names]])
+    out = naive_races(table)
+    rounds = {n: int(out.eliminated[0, i]) for i, n in enumerate(names)}
+    used = 3 + int(out.rounds[0]) - 1  # the seeds the survivors ran
+    means = {n: float(table[0, i, :used].mean()) for i, n in enumerate(names)}
+    return {
+        "runs": int(out.runs[0]),
+        "survivors": sorted((n for n in names if not rounds[n]), key=lambda n: -means[n]),
+        "eliminated_in": {n: r for n, r in rounds.items() if r},
+    }
+
+
 def validation_table(folder: Path) -> str:
     """The digits grid on validation: mean and 95% interval per strategy, the difference to the
     leader, and whether 10 seeds separate it (race rule at one look; paired t)."""
@@ -191,31 +212,76 @@ def validation_table(folder: Path) -> str:
 
 
 def race_bench_table(folder: Path) -> str:
+    """The grid, the race, the race without its budget and the naive race: runs, the leader,
+    who is left, and whether that is the grid's decision (the survivors among the strategies
+    the grid cannot separate from its leader, by the race's rule at one look / by paired t)."""
     bench = load("race_bench", folder)
     grid, race, replay = bench["grid"], bench["race"], bench["replay_uncapped"]
-    header = ["", "runs", "share of the grid", "wall time", "answer"]
+    by_rule, by_t = set(grid["not_separable_race_rule"]), set(grid["not_separable_paired_t"])
+    grid_values = values_of(load("digits_grid", folder), bench["objective"])
+    naive = naive_replay({c: grid_values[c] for c in race["record"]["candidates"]})
+
+    def wall(part: dict[str, Any]) -> str:
+        load = part.get("load")
+        return f"{part['seconds']:.0f} s" + (f" (load {load[0]:.1f}→{load[1]:.1f})" if load else "")
+
+    def row(name: str, runs: int, seconds: str, survivors: list[str], why: str) -> list[str]:
+        reached = "yes" if set(survivors) <= by_rule else "no"
+        reached_t = "yes" if set(survivors) <= by_t else "no"
+        return [
+            name,
+            str(runs),
+            f"{100 * runs / grid['runs']:.0f}%",
+            seconds,
+            survivors[0],
+            f"{', '.join(survivors)} ({why})",
+            f"{reached} / {reached_t}",
+        ]
+
+    header = [
+        "",
+        "runs",
+        "share of the grid",
+        "wall time",
+        "leader",
+        "left at the end",
+        "the grid's decision? (race rule / paired t)",
+    ]
     rows = [
         [
             f"full grid ({grid['candidates']} strategies × {len(grid['seeds'])} seeds)",
             str(grid["runs"]),
             "100%",
-            f"{grid['seconds']:.0f} s",
-            f"{grid['leader']}; not separable from it: {', '.join(n for n in grid['not_separable_race_rule'] if n != grid['leader']) or 'none'}",
-        ],
-        [
-            f"race (max_runs={race['max_runs']})",
-            str(race["runs"]),
-            f"{100 * race['runs'] / grid['runs']:.0f}%",
-            f"{race['seconds']:.0f} s",
-            f"survivors {', '.join(race['survivors'])} ({race['stop_reason']})",
-        ],
-        [
-            "the same race without max_runs (replayed on the grid's values)",
-            str(replay["runs"]),
-            f"{100 * replay['runs'] / grid['runs']:.0f}%",
+            wall(grid),
+            grid["leader"],
+            f"not separable from it: {', '.join(sorted(by_rule - {grid['leader']}))} (race rule, "
+            f"one look) / {', '.join(sorted(by_t - {grid['leader']})) or 'none'} (paired t)",
             "—",
-            f"survivors {', '.join(replay['survivors'])} ({replay['stop_reason']})",
         ],
+        row(
+            f"race, max_runs={race['max_runs']}",
+            race["runs"],
+            wall(race),
+            race["survivors"],
+            race["stop_reason"],
+        ),
+        row(
+            "the same race without max_runs (replayed on the grid's values)",
+            replay["runs"],
+            "—",
+            replay["survivors"],
+            replay["stop_reason"],
+        ),
+        row(
+            "the naive race, no budget (paired t vs the leader, Holm, every round; replayed)",
+            naive["runs"],
+            "—",
+            naive["survivors"],
+            ", ".join(
+                f"{n} out in round {r}" for n, r in naive["eliminated_in"].items() if n in by_rule
+            )
+            or "none of the grid's leaders dropped",
+        ),
     ]
     return markdown_table(header, rows)
 
