@@ -32,7 +32,7 @@ MARKER = re.compile(
     re.DOTALL,
 )
 KEPT_TAGS = ("sampler", "data", "model", "loss", "method", "overrides", "config_key", "reference")
-HEADLINE = re.compile(r"^(final|val)/[a-z_]+$")
+HEADLINE = re.compile(r"^(final|val)/[a-z0-9_]+$")
 
 
 # ------------------------------------------------------------------------------ artifacts
