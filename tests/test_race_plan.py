@@ -3,6 +3,10 @@ settings it refuses, and the answer it writes (on a race replayed from known val
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -113,3 +117,32 @@ def test_a_race_with_one_survivor_says_use_it():
     assert advice.sentence(race, "val/macro_f1").startswith(
         "use a: best on val/macro_f1 after 1 round (6 runs, 3 seeds); b out in round 1"
     )
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ("", "+experiment=advise_digits"),
+        ("/d/features.npz", "data=tensor_file data.path=/d/features.npz data.val_per_class=20"),
+        ("/d/images.pt", "data=tensor_file data.path=/d/images.pt"),
+        ("/d/folder", "data=torchvision data.dataset.root=/d/folder model=small_cnn"),
+    ],
+)
+def test_make_advise_races_your_data(data, expected):
+    """``make advise DATA=...``: the command it runs (printed by make -n, not run)."""
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    root = Path(__file__).resolve().parents[1]
+    printed = (
+        subprocess.run(
+            ["make", "-n", "advise", f"DATA={data}", "BUDGET=30", "STAMP=/dev/null", "PY=python"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    assert printed.startswith("python -m runner -m hydra/sweeper=race ")
+    assert expected in printed and "hydra.sweeper.max_runs=30" in printed
