@@ -146,3 +146,26 @@ def test_make_advise_races_your_data(data, expected):
     )
     assert printed.startswith("python -m runner -m hydra/sweeper=race ")
     assert expected in printed and "hydra.sweeper.max_runs=30" in printed
+
+
+def test_the_sweeper_checks_a_composed_config_without_launching(tmp_path):
+    """RaceSweeper.check: what a caller can run before the sweep's parent run is created."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from hydra_plugins.samplerlab_race.race_sweeper import RaceSweeper
+
+    root = Path(__file__).resolve().parents[1]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(root / "conf"), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+
+        def composed(*overrides: str):
+            line = ["hydra/sweeper=race", "sampler=uniform,weighted", *overrides]
+            return loader.load_configuration("config", line, run_mode=RunMode.MULTIRUN)
+
+        good, bad = composed("data.val_per_class=30"), composed("hydra.sweeper.max_runs=5")
+    RaceSweeper.check(good)
+    with pytest.raises(UserError, match="hydra.sweeper: max_runs=5 cannot pay for round 1"):
+        RaceSweeper.check(bad)

@@ -59,6 +59,25 @@ class RaceSweeper(Sweeper):
         self.config: DictConfig | None = None
         self.launcher: Launcher | None = None
 
+    @staticmethod
+    def check(config: DictConfig) -> None:
+        """Raise the user error a race of this composed multirun config would stop with (no
+        candidates, too few seeds, a budget below round 1), without launching anything: for a
+        caller that wants it before the sweep's parent run exists."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        from experiments.race import driver
+
+        sweeper = config.hydra.sweeper
+        parser = OverridesParser.create()
+        params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+        task = [str(o) for o in config.hydra.overrides.task]
+        settings = driver.Settings(
+            sweeper.min_seeds, sweeper.max_seeds, sweeper.max_runs, sweeper.alpha
+        )
+        plan = driver.plan_from(parser.parse_overrides(params + task), settings.max_seeds)
+        driver.new_race(plan, settings)
+
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
