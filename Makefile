@@ -10,8 +10,11 @@ SWEEP  ?= sampler=uniform,weighted,fixed_class,annealed,progressive,deferred,har
 PORT   ?= 5000
 JOBS   ?= 4
 NPROC  ?= 2
+# make advise: the strategies raced, the validation images per class, the budget of runs.
+SAMPLERS ?= uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture
+VAL      ?= 20
 
-.PHONY: help install install-frameworks install-browser install-server run sweep study paper ddp test lint bench report ui server gpu-check clean
+.PHONY: help install install-frameworks install-browser install-server run sweep study advise paper ddp test lint bench bench-race tables report ui server gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -36,6 +39,13 @@ ddp: install  ## one run in NPROC processes with DDP (torchrun; ARGS="sampler=ha
 
 study: install  ## a study sweep, its report on the parent run (NAME=digits; conf/experiment/)
 	$(PY) -m runner -m +experiment=$(or $(NAME),$(STUDY),digits)
+
+# DATA: a .npz/.pt file (data=tensor_file), a folder of class folders (data=torchvision, an
+# ImageFolder; its test set is 20% of every class), or unset / digits: the advise_digits study.
+ADVISE_DATA = $(if $(filter-out digits,$(DATA)),$(if $(filter %.npz %.pt,$(DATA)),data=tensor_file data.path=$(abspath $(DATA)),data=torchvision data.dataset.root=$(abspath $(DATA)) model=small_cnn $(if $(SIZE),data.image_size=$(SIZE))) data.val_per_class=$(VAL) tracking.experiment=advise sampler=$(SAMPLERS),+experiment=advise_digits)
+
+advise: install  ## which sampler for your data: a race on a validation split (DATA=file.npz|file.pt|folder; VAL=20 per class, BUDGET=max runs, SIZE=image px, ARGS=...)
+	$(PY) -m runner -m hydra/sweeper=race $(ADVISE_DATA) $(if $(BUDGET),hydra.sweeper.max_runs=$(BUDGET)) $(ARGS)
 
 paper: install  ## the CIFAR-10-LT paper protocol, every row x 3 seeds, JOBS runs at once on one GPU (CIFAR=dir or JPEG=dir)
 	$(PY) -m runner -m +experiment=cifar10_lt_paper hydra/launcher=joblib hydra.launcher.n_jobs=$(JOBS) \
@@ -62,6 +72,12 @@ bench: install  ## sampler speed vs torch and pytorch-metric-learning; the DataL
 	$(PY) -m experiments.bench
 	$(PY) -m experiments.bench_data
 	$(PY) -m experiments.bench_loop
+
+bench-race: install  ## the race against the full 90-run digits grid (CPU heavy: ~5 min on 2 cores); writes docs/results/
+	$(PY) -m experiments.bench_race
+
+tables: install  ## re-render every results table in README.md and docs/ from docs/results/*.json
+	$(PY) -m experiments.tables
 
 report: install  ## the newest sweep's report, onto its parent run (PARENT=id, EXPERIMENT=samplerlab)
 	$(PY) -m experiments.report $(if $(PARENT),--parent $(PARENT),--experiment $(or $(EXPERIMENT),samplerlab))

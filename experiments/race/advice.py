@@ -1,0 +1,362 @@
+"""The race's answer, on the sweep's parent run: one sentence (printed too), ``advice.md``, a
+self-contained ``advice.html`` with the race chart, ``race.json`` (every value and decision),
+tags ``advice/winner`` (the survivor, or the survivors best first, comma-separated, when the
+race stopped before one remained) and ``advice/eliminated`` (in the order they went out), and
+metrics ``advice/runs_used``, ``advice/rounds``, ``advice/seeds``.
+
+Then, once, the test set: the survivors' ``final/`` metrics from their child runs beside their
+validation figures. The race never reads them; they confirm, they select nothing.
+
+Differences are to the round's leader in points (100 x the objective), with the race's interval:
+difference +- d * SE at that round's level (:mod:`experiments.race.rule`), which lies below 0
+exactly when the candidate was eliminated.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scipy.stats import t as student_t
+
+from experiments.race.race import MAX_RUNS, MAX_SEEDS, Race
+from experiments.stats import Interval, t_interval
+
+CONFIRM = ("accuracy", "macro_f1", "few_accuracy")  # test metrics shown beside the objective's
+
+
+def points(value: float) -> str:
+    return f"{100 * value:+.1f}"
+
+
+def interval(race: Race, candidate: str) -> tuple[float, float, float]:
+    """(difference, low, high) to the leader at the look that decided about ``candidate``."""
+    look = race.round_of(candidate)
+    diff = look.difference[candidate]
+    return diff, diff - look.margin, diff + look.margin
+
+
+def _diff_text(race: Race, candidate: str) -> str:
+    diff, low, high = interval(race, candidate)
+    return f"{points(diff)} points [{points(low)}, {points(high)}]"
+
+
+def eliminated_order(race: Race) -> list[str]:
+    """Eliminated candidates by round, the furthest behind first within a round."""
+    return sorted(
+        race.eliminated_in,
+        key=lambda c: (race.eliminated_in[c], race.round_of(c).difference[c], c),
+    )
+
+
+def sentence(race: Race, objective: str) -> str:
+    """The answer in one sentence, e.g. "use weighted: best on val/balanced_accuracy after 5
+    rounds (31 runs, 7 seeds); uniform out in round 1 (-14.9 points [-18.0, -11.8]); hybrid not
+    separable from weighted within the budget (-0.2 points [-1.0, +0.6])"."""
+    survivors = race.survivors
+    best = survivors[0]
+    rounds = len(race.rounds)
+    spent = f"after {rounds} round{'s' * (rounds != 1)} ({race.runs} runs, {race.seeds_used} seeds)"
+    if len(survivors) == 1:
+        head = f"use {best}: best on {objective} {spent}"
+    else:
+        why = {MAX_RUNS: "max_runs", MAX_SEEDS: "max_seeds"}.get(race.stop_reason or "", "")
+        head = (
+            f"use {best} (or {', '.join(survivors[1:])}: not separable within the budget"
+            f"{', ' + why + ' reached' if why else ''}): {best} leads on {objective} {spent}"
+        )
+    parts = [head]
+    for candidate in eliminated_order(race):
+        parts.append(
+            f"{candidate} out in round {race.eliminated_in[candidate]} ({_diff_text(race, candidate)})"
+        )
+    for candidate in survivors[1:]:
+        parts.append(f"{candidate} not separable from {best} ({_diff_text(race, candidate)})")
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A survivor's validation objective and test metrics over the seeds it ran."""
+
+    candidate: str
+    seeds: int
+    validation: Interval
+    test: dict[str, Interval]
+
+
+def confirm(
+    race: Race,
+    objective: str,
+    keys: Mapping[tuple[str, int], str],
+    runs: Mapping[str, Mapping[str, float]],
+) -> list[Confirmation]:
+    """The survivors' figures: ``keys`` maps (candidate, seed) to the job's config key,
+    ``runs`` a config key to its FINISHED child run's metrics."""
+    metric = objective.partition("/")[2]
+    shown = (metric, *(m for m in CONFIRM if m != metric))
+    out = []
+    for candidate in race.survivors:
+        seeds = [s for s in race.seeds if s in race.values[candidate]]
+        found = [runs.get(keys.get((candidate, s), ""), {}) for s in seeds]
+        test = {}
+        for name in shown:
+            values = [m[f"final/{name}"] for m in found if f"final/{name}" in m]
+            if values:
+                test[f"final/{name}"] = t_interval(values)
+        validation = t_interval([race.values[candidate][s] for s in seeds])
+        out.append(Confirmation(candidate, len(seeds), validation, test))
+    return out
+
+
+def _cell(i: Interval | None) -> str:
+    if i is None:
+        return "—"
+    return f"{i.mean:.4f}" if math.isnan(i.half_width) else f"{i.mean:.4f} ± {i.half_width:.4f}"
+
+
+def tables(
+    race: Race, objective: str, confirmed: Sequence[Confirmation]
+) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of the rounds, the candidates and the test-set confirmation."""
+    rounds = [
+        [
+            str(r.number),
+            str(len(r.seeds)),
+            f"{r.level:.4f}",
+            f"{r.critical:.2f}",
+            r.leader,
+            f"{r.means[r.leader]:.4f}",
+            ", ".join(f"{c} ({_diff_text(race, c)})" for c in r.eliminated) or "—",
+            str(len(r.candidates) - len(r.eliminated)),
+            str(r.runs),
+        ]
+        for r in race.rounds
+    ]
+    best = race.survivors[0]
+    out_last_first = sorted(
+        race.eliminated_in, key=lambda c: (-race.eliminated_in[c], -race.round_of(c).means[c])
+    )
+    candidates = []
+    for c in [*race.survivors, *out_last_first]:
+        look = race.round_of(c)
+        if c in race.eliminated_in:
+            verdict = f"out in round {race.eliminated_in[c]}"
+        elif c == best:
+            verdict = "winner" if len(race.survivors) == 1 else "leader (survivor)"
+        else:
+            verdict = "survivor: not separable"
+        vs = "—" if c == look.leader else _diff_text(race, c)
+        candidates.append([c, str(len(race.values[c])), f"{look.means[c]:.4f}", vs, verdict])
+    metric_names = list(confirmed[0].test) if confirmed else []
+    confirmation = [
+        [
+            c.candidate,
+            str(c.seeds),
+            _cell(c.validation),
+            *(_cell(c.test.get(m)) for m in metric_names),
+        ]
+        for c in confirmed
+    ]
+    return [
+        (
+            "Rounds",
+            [
+                "round",
+                "seeds",
+                "level",
+                "d",
+                "leader",
+                "leader's mean",
+                "eliminated (vs leader)",
+                "left",
+                "runs",
+            ],
+            rounds,
+        ),
+        (
+            "Candidates",
+            ["candidate", "runs", f"mean {objective}", "vs leader", "verdict"],
+            candidates,
+        ),
+        (
+            "The test set, once (a confirmation: it selected nothing)",
+            ["survivor", "seeds", objective, *metric_names],
+            confirmation,
+        ),
+    ]
+
+
+def chart(race: Race, objective: str) -> bytes:
+    """PNG: each candidate's mean per round with its 95% interval (pooled residual variance),
+    and its difference to the leader with the race interval; eliminations marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for k, c in enumerate(race.candidates):
+        seen = [r for r in race.rounds if c in r.candidates]
+        x = [r.number + (k - len(race.candidates) / 2) * 0.03 for r in seen]
+        means = [r.means[c] for r in seen]
+        # One mean's interval from the pooled residual SD s (se = s * sqrt(2 / n)).
+        half = [student_t.ppf(0.975, r.df) * r.se / math.sqrt(2) for r in seen]
+        diffs = [100 * r.difference[c] for r in seen]
+        margins = [0.0 if c == r.leader else 100 * r.margin for r in seen]
+        line = left.errorbar(x, means, yerr=half, marker="o", capsize=3, label=c)
+        right.errorbar(x, diffs, yerr=margins, marker="o", capsize=3, color=line[0].get_color())
+        if c in race.eliminated_in:
+            last = seen[-1]
+            left.plot(x[-1], last.means[c], "x", color="black", markersize=12, mew=2)
+            right.plot(x[-1], diffs[-1], "x", color="black", markersize=12, mew=2)
+    right.axhline(0, color="grey", linestyle="--", linewidth=1)
+    left.set(xlabel="round", ylabel=objective, title="mean per candidate (95% interval)")
+    right.set(
+        xlabel="round",
+        ylabel="difference to the leader (points)",
+        title="vs the leader, race interval (x: eliminated)",
+    )
+    for axis in (left, right):
+        axis.set_xticks([r.number for r in race.rounds])
+        axis.grid(alpha=0.3)
+    left.legend(fontsize=8, loc="best")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def rule_text(race: Race) -> str:
+    levels = ", ".join(f"{a:.4f}" for a in race.levels)
+    return (
+        f"After each round a candidate is out when the leader's mean exceeds its own by more than "
+        f"d x SE: SE from the residual variance of the candidates x seeds table (seed effects "
+        f"removed), d the one-sided Dunnett critical value for comparisons with the best (Hsu's "
+        f"MCB) at the round's level. alpha={race.alpha} is spent across the {len(race.levels)} "
+        f"rounds the race could have (min_seeds={race.min_seeds}, max_seeds={race.max_seeds}, "
+        f"max_runs={race.max_runs}), round r getting alpha (1/r) / H_R: {levels}. "
+        f"The race stopped: {race.stop_reason}."
+    )
+
+
+def markdown(race: Race, objective: str, confirmed: Sequence[Confirmation]) -> str:
+    out = [f"# The race's answer on {objective}\n", sentence(race, objective) + ".\n"]
+    for title, header, rows in tables(race, objective, confirmed):
+        out.append(f"## {title}\n")
+        out.append("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+        out.extend("| " + " | ".join(row) + " |" for row in rows)
+        out.append("")
+    out.append(
+        "Test metrics are the survivors' final-epoch test figures (mean ± 95% Student-t "
+        "half-width over their seeds); the race read only the validation objective.\n"
+    )
+    out.append("## How the race decides\n")
+    out.append(rule_text(race) + "\n")
+    out.append("![the race](race_chart.png)\n")
+    return "\n".join(out)
+
+
+def to_html(race: Race, objective: str, confirmed: Sequence[Confirmation], png: bytes) -> str:
+    e = html.escape
+    body = [
+        f"<h1>The race's answer on {e(objective)}</h1>",
+        f"<p><b>{e(sentence(race, objective))}.</b></p>",
+    ]
+    data = base64.b64encode(png).decode()
+    body.append(f'<figure><img alt="the race" src="data:image/png;base64,{data}"></figure>')
+    for title, header, rows in tables(race, objective, confirmed):
+        body.append(
+            f"<h2>{e(title)}</h2><table><tr>"
+            + "".join(f"<th>{e(h)}</th>" for h in header)
+            + "</tr>"
+        )
+        body.extend("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
+        body.append("</table>")
+    body.append(f"<h2>How the race decides</h2><p>{e(rule_text(race))}</p>")
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1200px;color:#222}"
+        "table{border-collapse:collapse;margin:0.8em 0;font-size:0.9em}"
+        "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}"
+        "img{max-width:100%}"
+    )
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>race: {e(objective)}</title>'
+        f"<style>{style}</style></head><body>" + "\n".join(body) + "</body></html>\n"
+    )
+
+
+def finished_runs(uri: str, parent_run_id: str) -> dict[str, dict[str, float]]:
+    """The parent's FINISHED children: config key -> metrics (the newest run per key)."""
+    from mlflow.tracking import MlflowClient
+
+    from runner.tracking import child_runs
+
+    client = MlflowClient(tracking_uri=uri)
+    parent = client.get_run(parent_run_id)
+    found: dict[str, dict[str, float]] = {}
+    for run in child_runs(client, parent.info.experiment_id, parent_run_id):  # newest first
+        key = run.data.tags.get("config_key")
+        if run.info.status == "FINISHED" and key and key not in found:
+            found[key] = dict(run.data.metrics)
+    return found
+
+
+def publish(
+    race: Race,
+    objective: str,
+    keys: Mapping[tuple[str, int], str],
+    where: tuple[str, str] | None,
+) -> str:
+    """Write the answer onto the parent run ``where`` = (uri, run id) when there is one; returns
+    the console text: the sentence and the test-set confirmation."""
+    confirmed = confirm(race, objective, keys, finished_runs(*where) if where else {})
+    text = [f"samplerlab race: {sentence(race, objective)}."]
+    metric = f"final/{objective.partition('/')[2]}"
+    seen = [c for c in confirmed if metric in c.test]
+    if seen:
+        text.append(
+            "  the test set, once (a confirmation; it selected nothing): "
+            + "; ".join(
+                f"{c.candidate} {metric} {_cell(c.test[metric])} (validation {_cell(c.validation)})"
+                for c in seen
+            )
+        )
+    if where is None:
+        text.append("  (no sweep parent run: nothing logged)")
+        return "\n".join(text)
+    uri, parent = where
+    from mlflow.tracking import MlflowClient
+
+    from runner.tracking import log_to_run
+
+    png = chart(race, objective)
+    files: dict[str, Any] = {
+        "advice.md": markdown(race, objective, confirmed),
+        "advice.html": to_html(race, objective, confirmed, png),
+        "race_chart.png": png,
+        "race.json": json.dumps({"objective": objective, **race.to_dict()}, indent=1) + "\n",
+    }
+    metrics = {
+        "advice/runs_used": race.runs,
+        "advice/rounds": len(race.rounds),
+        "advice/seeds": race.seeds_used,
+    }
+    log_to_run(uri, parent, metrics, files)
+    client = MlflowClient(tracking_uri=uri)
+    eliminated = eliminated_order(race)
+    client.set_tag(parent, "advice/winner", ",".join(race.survivors))
+    client.set_tag(parent, "advice/eliminated", ",".join(eliminated) or "(none)")
+    client.set_tag(parent, "advice/objective", objective)
+    client.set_tag(parent, "advice/stop", race.stop_reason or "")
+    text.append(
+        f"  the answer is on the parent run {parent}: advice.md, advice.html (tags advice/*)"
+    )
+    return "\n".join(text)

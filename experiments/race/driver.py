@@ -1,0 +1,206 @@
+"""What ``hydra/sweeper=race`` does, apart from being a Hydra plugin: turn the sweep's overrides
+into candidates and seeds, launch the race round by round through the configured launcher, and
+publish the answer on the sweep's parent run.
+
+**Candidates** are the combinations of every swept override (``hydra.sweeper.params`` and the
+command line: ``sampler=uniform,weighted sampler.q=0,0.5`` is four candidates). **Seeds** are the
+replicates: ``seed=...`` among the sweeps lists them in the order the race uses them (and caps
+``max_seeds`` at their number), otherwise they are 0, 1, ... ``max_seeds - 1``. Every other
+override goes to every job. Each job returns the run's objective to the sweeper
+(``runner.app.objective``; higher is better).
+
+**Stopped and resumed.** The race relaunches the same rounds with ``resume=<parent id>``: a job
+whose run already FINISHED under that parent with the same config returns its stored objective
+without training, one that was stopped continues from its checkpoint, so the rounds replay to
+the same decisions and the race goes on from its last complete round.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.override_parser.types import Override
+from hydra.core.utils import JobReturn
+
+from experiments.race.race import Race, Round
+from runner.errors import UserError
+
+SEED = "seed"  # the override that names a replicate
+
+
+@dataclass(frozen=True)
+class Settings:
+    """``hydra.sweeper.*`` of the race (see hydra_plugins/samplerlab_race)."""
+
+    min_seeds: int = 3
+    max_seeds: int = 10
+    max_runs: int | None = None
+    alpha: float = 0.05
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Candidates (label -> their overrides), the seeds in order, and the overrides every job
+    gets."""
+
+    candidates: dict[str, tuple[str, ...]]
+    seeds: tuple[int, ...]
+    fixed: tuple[str, ...]
+
+    def job(self, candidate: str, seed: int) -> list[str]:
+        return [*self.fixed, *self.candidates[candidate], f"{SEED}={seed}"]
+
+
+def _label(assignments: Sequence[tuple[str, str]], alone: bool) -> str:
+    """``weighted`` for one swept key; ``sampler=weighted sampler.q=0.5`` for several."""
+    if alone:
+        return assignments[0][1]
+    return " ".join(f"{key.lstrip('+~')}={value}" for key, value in assignments)
+
+
+def plan_from(overrides: Sequence[Override], max_seeds: int) -> Plan:
+    """The race's candidates, seeds and fixed overrides from the sweep's parsed overrides (the
+    later of two overrides of one key wins, as in Hydra's basic sweeper)."""
+    swept: dict[str, list[str]] = {}
+    fixed: dict[str, str] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        swept.pop(key, None)
+        fixed.pop(key, None)
+        if override.is_sweep_override():
+            if not override.is_discrete_sweep():
+                raise UserError(
+                    f"{override.input_line}: the race sweeper needs a list of values to race "
+                    "(a,b,c or range(...)), not an interval\nlist the candidates"
+                )
+            swept[key] = list(override.sweep_string_iterator())
+        else:
+            fixed[key] = f"{key}={override.get_value_element_as_str()}"
+    seeds = tuple(range(max_seeds))
+    if SEED in swept:
+        try:
+            seeds = tuple(int(v) for v in swept.pop(SEED))
+        except ValueError as error:
+            raise UserError(f"seed: the race's seeds must be integers ({error})") from error
+    if SEED in fixed:
+        raise UserError(
+            f"{fixed[SEED]}: the race chooses the seeds (they are its replicates)\n"
+            "drop it, or give the seeds to race on as a list: seed=0,1,2,3,4"
+        )
+    if not swept:
+        raise UserError(
+            "the race sweeper has nothing to race: no override lists candidates\n"
+            "e.g. python -m runner -m hydra/sweeper=race sampler=uniform,weighted,hybrid"
+        )
+    keys = list(swept)
+    candidates = {}
+    for values in itertools.product(*(swept[k] for k in keys)):
+        pairs = list(zip(keys, values, strict=True))
+        candidates[_label(pairs, len(keys) == 1)] = tuple(f"{k}={v}" for k, v in pairs)
+    return Plan(candidates, seeds, tuple(fixed.values()))
+
+
+def new_race(plan: Plan, settings: Settings) -> Race:
+    """The race, or a user error naming the ``hydra.sweeper`` setting that makes it impossible."""
+    if len(plan.candidates) < 2:
+        raise UserError(
+            f"the race needs at least 2 candidates, got {list(plan.candidates)}\n"
+            "list several values, e.g. sampler=uniform,weighted"
+        )
+    if len(plan.seeds) < settings.min_seeds:
+        raise UserError(
+            f"hydra.sweeper.min_seeds={settings.min_seeds} but only {len(plan.seeds)} seeds "
+            f"are listed ({list(plan.seeds)})\nlist more seeds or lower hydra.sweeper.min_seeds"
+        )
+    try:
+        return Race(
+            list(plan.candidates),
+            plan.seeds,
+            min_seeds=settings.min_seeds,
+            max_seeds=settings.max_seeds,
+            max_runs=settings.max_runs,
+            alpha=settings.alpha,
+        )
+    except ValueError as error:
+        raise UserError(f"hydra.sweeper: {error}\nchange that setting") from error
+
+
+def parent_of(callbacks: Any) -> tuple[str, str] | None:
+    """(store URI, parent run id) of the sweep, from the callback that opened the parent run
+    (runner.sweep.SweepCallback keeps them as ``uri`` and ``parent_run_id``)."""
+    for callback in getattr(callbacks, "callbacks", None) or []:
+        uri, parent = getattr(callback, "uri", None), getattr(callback, "parent_run_id", None)
+        if uri and parent:
+            return str(uri), str(parent)
+    return None
+
+
+def describe(round_: Round, race: Race) -> str:
+    """One console line per round."""
+    out = ", ".join(
+        f"{c} ({100 * round_.difference[c]:+.1f} points [{100 * (round_.difference[c] - round_.margin):+.1f}, "
+        f"{100 * (round_.difference[c] + round_.margin):+.1f}])"
+        for c in round_.eliminated
+    )
+    return (
+        f"samplerlab race: round {round_.number} ({len(round_.seeds)} seeds, level "
+        f"{round_.level:.4f}): leader {round_.leader} {round_.means[round_.leader]:.4f}; "
+        f"out: {out or 'none'}; {len(race.survivors)} left, {round_.runs} runs"
+    )
+
+
+Launch = Callable[[list[list[str]], int], Sequence[JobReturn]]
+
+
+def run(
+    plan: Plan,
+    settings: Settings,
+    launch: Launch,
+    validate: Callable[[list[list[str]]], None] | None = None,
+) -> tuple[Race, dict[tuple[str, int], str], list[Sequence[JobReturn]]]:
+    """Race to the end: launch each round's jobs in one batch (``launch(batch, first_index)``),
+    record the objectives, look. Returns the race, each job's config key (for its MLflow run)
+    and every batch's returns. A failed job fails the race, as in Hydra's basic sweeper."""
+    race = new_race(plan, settings)
+    keys: dict[tuple[str, int], str] = {}
+    returns: list[Sequence[JobReturn]] = []
+    index = 0
+    started = time.perf_counter()
+    while jobs := race.next_jobs():
+        batch = [plan.job(candidate, seed) for candidate, seed in jobs]
+        if validate is not None and not race.rounds:
+            validate(batch)  # composition errors before the first job
+        results = launch(batch, index)
+        index += len(batch)
+        returns.append(results)
+        for (candidate, seed), result in zip(jobs, results, strict=True):
+            value = result.return_value  # raises the job's exception if it failed
+            try:
+                race.record(candidate, seed, float(value))
+            except (TypeError, ValueError) as error:
+                raise UserError(
+                    f"the job {' '.join(result.overrides or [])} returned {value!r} to the race, "
+                    "not a number\nthe objective must be a metric the run logs (objective=val/...)"
+                ) from error
+            keys[(candidate, seed)] = _config_key(result)
+        # Printed, not logged: after a job Hydra's root logger writes into that job's log file.
+        print(describe(race.close_round(), race), flush=True)
+    print(
+        f"samplerlab race: over after {time.perf_counter() - started:.1f} s "
+        f"({race.stop_reason}); {race.runs} runs",
+        flush=True,
+    )
+    return race, keys, returns
+
+
+def _config_key(result: JobReturn) -> str:
+    """The job's run, as the runner fingerprints it (its ``config_key`` tag)."""
+    if result.cfg is None:
+        return ""
+    from runner.app import config_key  # the runner's own identity of a run's config
+
+    return config_key(result.cfg)

@@ -1,0 +1,186 @@
+"""A race as a state machine: which jobs the next round runs, what each look decided, when it
+stops. No Hydra, no MLflow: the sweeper feeds it the objective values its jobs returned, the
+benchmark replays it on a grid's values, the tests drive it directly.
+
+Round 1 runs every candidate on the first ``min_seeds`` seeds; each later round adds the next
+seed to every survivor. After each round :func:`experiments.race.rule.look` eliminates at that
+round's level. The race stops when one candidate survives, after ``max_seeds`` seeds, or when the
+next round would take the race past ``max_runs`` jobs (a round is never cut short: the layout
+must stay complete). Which jobs run depends only on the values recorded, so relaunching a
+stopped race with the same values replays the same rounds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from experiments.race.rule import look, rounds_possible, spending
+
+ONE_LEFT, MAX_SEEDS, MAX_RUNS = "one candidate left", "max_seeds", "max_runs"
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one look saw and decided. Differences are to the leader (<= 0); ``margin`` is the
+    half-width of the race interval on each difference (``critical * se``): a candidate is out
+    when ``difference + margin < 0``."""
+
+    number: int
+    seeds: tuple[int, ...]
+    level: float
+    candidates: tuple[str, ...]  # alive at the look
+    means: dict[str, float]
+    difference: dict[str, float]
+    leader: str
+    se: float
+    df: int
+    critical: float
+    margin: float
+    eliminated: tuple[str, ...]
+    runs: int  # jobs run so far, this round included
+
+
+@dataclass
+class Race:
+    """One race over ``candidates`` (labels) on ``seeds`` (in the order they are used)."""
+
+    candidates: Sequence[str]
+    seeds: Sequence[int]
+    min_seeds: int = 3
+    max_seeds: int = 10
+    max_runs: int | None = None
+    alpha: float = 0.05
+    values: dict[str, dict[int, float]] = field(default_factory=dict)
+    rounds: list[Round] = field(default_factory=list)
+    eliminated_in: dict[str, int] = field(default_factory=dict)
+    stop_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        self.candidates = tuple(self.candidates)
+        self.seeds = tuple(self.seeds)
+        if len(set(self.candidates)) != len(self.candidates):
+            raise ValueError(f"candidates must be distinct: {list(self.candidates)}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct: {list(self.seeds)}")
+        self.max_seeds = min(self.max_seeds, len(self.seeds))
+        self.levels = spending(
+            self.alpha,
+            rounds_possible(len(self.candidates), self.min_seeds, self.max_seeds, self.max_runs),
+        )
+        for name in self.candidates:
+            self.values.setdefault(name, {})
+
+    @property
+    def survivors(self) -> list[str]:
+        """Candidates not eliminated, best mean first (after the last look)."""
+        alive = [c for c in self.candidates if c not in self.eliminated_in]
+        if self.rounds:
+            means = self.rounds[-1].means
+            alive.sort(key=lambda c: -means[c])
+        return alive
+
+    @property
+    def runs(self) -> int:
+        return sum(len(v) for v in self.values.values())
+
+    @property
+    def seeds_used(self) -> int:
+        return len(self.rounds[-1].seeds) if self.rounds else 0
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+    def next_jobs(self) -> list[tuple[str, int]]:
+        """The (candidate, seed) jobs of the next round, every one of which must be recorded
+        before :meth:`close_round`; empty when the race is over (:attr:`stop_reason` says why)."""
+        if self.done:
+            return []
+        if not self.rounds:
+            return [(c, s) for c in self.candidates for s in self.seeds[: self.min_seeds]]
+        alive, n = self.survivors, self.seeds_used
+        if len(alive) == 1:
+            self.stop_reason = ONE_LEFT
+        elif n >= self.max_seeds:
+            self.stop_reason = MAX_SEEDS
+        elif self.max_runs is not None and self.runs + len(alive) > self.max_runs:
+            self.stop_reason = MAX_RUNS
+        if self.done:
+            return []
+        return [(c, self.seeds[n]) for c in alive]
+
+    def record(self, candidate: str, seed: int, value: float) -> None:
+        if not math.isfinite(value):
+            raise ValueError(f"{candidate} on seed {seed} returned {value}, not a number")
+        self.values[candidate][seed] = float(value)
+
+    def close_round(self) -> Round:
+        """Look at the round just recorded: eliminate, and return what was decided."""
+        number = len(self.rounds) + 1
+        n = self.min_seeds + number - 1
+        seeds = tuple(self.seeds[:n])
+        alive = [c for c in self.candidates if c not in self.eliminated_in]
+        missing = [(c, s) for c in alive for s in seeds if s not in self.values[c]]
+        if missing:
+            raise ValueError(f"round {number} is incomplete: no value for {missing[:5]}")
+        table = np.array([[[self.values[c][s] for s in seeds] for c in alive]])
+        seen = look(table, np.ones((1, len(alive)), dtype=bool), self.levels[number - 1])
+        means = {c: float(seen.means[0, i]) for i, c in enumerate(alive)}
+        leader = alive[int(seen.leader[0])]
+        out = tuple(c for i, c in enumerate(alive) if seen.eliminated[0, i])
+        for c in out:
+            self.eliminated_in[c] = number
+        result = Round(
+            number=number,
+            seeds=seeds,
+            level=self.levels[number - 1],
+            candidates=tuple(alive),
+            means=means,
+            difference={c: means[c] - means[leader] for c in alive},
+            leader=leader,
+            se=float(seen.se[0]),
+            df=int(seen.df[0]),
+            critical=float(seen.critical[0]),
+            margin=float(seen.margin[0]),
+            eliminated=out,
+            runs=self.runs,
+        )
+        self.rounds.append(result)
+        return result
+
+    def round_of(self, candidate: str) -> Round:
+        """The look that decided about ``candidate``: the one that eliminated it, else the last."""
+        number = self.eliminated_in.get(candidate, len(self.rounds))
+        return self.rounds[number - 1]
+
+    def to_dict(self) -> dict[str, object]:
+        """Everything the race saw and decided, for ``race.json`` on the parent run."""
+        return {
+            "candidates": list(self.candidates),
+            "seeds": list(self.seeds),
+            "min_seeds": self.min_seeds,
+            "max_seeds": self.max_seeds,
+            "max_runs": self.max_runs,
+            "alpha": self.alpha,
+            "levels": list(self.levels),
+            "values": {c: {str(s): v for s, v in vs.items()} for c, vs in self.values.items()},
+            "rounds": [asdict(r) for r in self.rounds],
+            "eliminated_in": dict(self.eliminated_in),
+            "survivors": self.survivors,
+            "stop_reason": self.stop_reason,
+            "runs": self.runs,
+        }
+
+
+def replay(race: Race, table: Mapping[tuple[str, int], float]) -> Race:
+    """Run ``race`` to its end on known values ``{(candidate, seed): value}`` (e.g. a full
+    grid's results): what a real race with these outcomes would have done."""
+    while jobs := race.next_jobs():
+        for candidate, seed in jobs:
+            race.record(candidate, seed, table[(candidate, seed)])
+        race.close_round()
+    return race

@@ -1,0 +1,280 @@
+"""Simulated races with known means: how often the rule drops the truly best candidate, and how
+fast it drops a clearly worse one. Pure and seeded (numpy's PCG64 from ``seed``).
+
+**The model.** Candidate ``k`` on seed ``s`` scores ``mu_k + b_s + sigma_k * e[k, s]``: ``b_s``
+(standard deviation ``seed_sd``) is what a seed does to every candidate alike (the data subset,
+the initialisation), which pairing removes; ``e`` is independent standard normal noise. **sigma**
+(``noise_sd``, per candidate with ``noise_sds``) is the per-observation noise SD of one
+candidate's outcome; the paired difference of two candidates on one seed then has SD
+``sigma_d = sqrt(2) * sigma``. Means are given in units of ``sigma``.
+
+    python -m experiments.race.simulate --out docs/results/race_rule.json
+
+writes the scenario table that ``docs/results/race_rule.md`` shows (``python -m
+experiments.tables`` renders it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import binom
+from scipy.stats import t as t_dist
+
+from experiments.race.rule import look, rounds_possible, spending
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """``eliminated[race, k]``: the round candidate ``k`` was eliminated in (0: survived);
+    ``runs[race]`` and ``rounds[race]``: the runs and rounds the race used."""
+
+    eliminated: np.ndarray
+    runs: np.ndarray
+    rounds: np.ndarray
+
+    def out_by(self, candidate: int, round_: int) -> np.ndarray:
+        """Per race: was ``candidate`` eliminated in round ``round_`` or earlier?"""
+        column = self.eliminated[:, candidate]
+        return (column > 0) & (column <= round_)
+
+
+def simulated_values(
+    means: Sequence[float],
+    races: int,
+    seed: int,
+    *,
+    max_seeds: int = 10,
+    noise_sd: float = 1.0,
+    noise_sds: Sequence[float] | None = None,
+    seed_sd: float = 1.0,
+) -> np.ndarray:
+    """(races, candidates, max_seeds) outcomes of the model above."""
+    k = len(means)
+    rng = np.random.default_rng(seed)
+    sds = np.full(k, noise_sd) if noise_sds is None else np.asarray(noise_sds, dtype=float)
+    blocks = seed_sd * rng.standard_normal((races, 1, max_seeds))
+    noise = sds[None, :, None] * rng.standard_normal((races, k, max_seeds))
+    return np.asarray(means, dtype=float)[None, :, None] + blocks + noise
+
+
+def run_races(
+    values: np.ndarray,
+    *,
+    min_seeds: int = 3,
+    max_seeds: int | None = None,
+    max_runs: int | None = None,
+    alpha: float = 0.05,
+) -> Outcomes:
+    """Race every ``values[race]`` (candidates x seeds) with the race's rule
+    (:func:`experiments.race.rule.look` after every round, :func:`spending` over
+    :func:`rounds_possible`) and the stopping of :class:`experiments.race.race.Race`: one
+    survivor, ``max_seeds`` seeds, or a next round that would pass ``max_runs``; vectorised over
+    races."""
+    races, k, available = values.shape
+    max_seeds = available if max_seeds is None else max_seeds
+    levels = spending(alpha, rounds_possible(k, min_seeds, max_seeds, max_runs))
+    alive = np.ones((races, k), dtype=bool)
+    eliminated = np.zeros((races, k), dtype=int)
+    runs = np.full(races, k * min_seeds)
+    rounds = np.ones(races, dtype=int)
+    running = np.ones(races, dtype=bool)
+    for round_, n in enumerate(range(min_seeds, max_seeds + 1), start=1):
+        if round_ > 1:
+            survivors = alive.sum(axis=1)
+            if max_runs is not None:
+                running &= runs + survivors <= max_runs
+            runs = np.where(running, runs + survivors, runs)
+            rounds = np.where(running, round_, rounds)
+        if not running.any():
+            break
+        seen = look(values[:, :, :n], alive & running[:, None], levels[round_ - 1])
+        out = seen.eliminated & running[:, None]
+        eliminated[out] = round_
+        alive &= ~out
+        running &= alive.sum(axis=1) > 1
+    return Outcomes(eliminated, runs, rounds)
+
+
+def naive_races(
+    values: np.ndarray, *, min_seeds: int = 3, max_seeds: int | None = None, alpha: float = 0.05
+) -> Outcomes:
+    """The race the rule replaces, for contrast: after every round, one-sided paired t-tests of
+    each survivor against the leader (n - 1 degrees of freedom), Holm across them at ``alpha``,
+    and nothing for the repeated looks."""
+    races, k, available = values.shape
+    max_seeds = available if max_seeds is None else max_seeds
+    alive = np.ones((races, k), dtype=bool)
+    eliminated = np.zeros((races, k), dtype=int)
+    runs = np.full(races, k * min_seeds)
+    rounds = np.ones(races, dtype=int)
+    running = np.ones(races, dtype=bool)
+    rows = np.arange(races)
+    for round_, n in enumerate(range(min_seeds, max_seeds + 1), start=1):
+        if round_ > 1:
+            runs = np.where(running, runs + alive.sum(axis=1), runs)
+            rounds = np.where(running, round_, rounds)
+        y = values[:, :, :n]
+        means = np.where(alive, y.mean(axis=2), -np.inf)
+        leader = means.argmax(axis=1)
+        diff = y[rows, leader][:, None, :] - y  # (races, k, n)
+        sd = diff.std(axis=2, ddof=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            statistic = diff.mean(axis=2) / (sd / math.sqrt(n))
+        p = np.where(
+            alive & (np.arange(k)[None, :] != leader[:, None]), t_dist.sf(statistic, n - 1), np.inf
+        )
+        p = np.nan_to_num(p, nan=1.0)
+        tests = (np.isfinite(p)).sum(axis=1)
+        order = np.argsort(p, axis=1)
+        ranked = np.take_along_axis(p, order, axis=1)
+        thresholds = alpha / np.maximum(tests[:, None] - np.arange(k)[None, :], 1)
+        passing = np.cumprod(ranked <= thresholds, axis=1).astype(
+            bool
+        )  # Holm stops at the first failure
+        out = np.zeros_like(alive)
+        np.put_along_axis(out, order, passing, axis=1)
+        out &= alive & running[:, None]
+        eliminated[out] = round_
+        alive &= ~out
+        running &= alive.sum(axis=1) > 1
+        if not running.any():
+            break
+    return Outcomes(eliminated, runs, rounds)
+
+
+def simulate_races(
+    means: Sequence[float],
+    races: int,
+    seed: int,
+    *,
+    min_seeds: int = 3,
+    max_seeds: int = 10,
+    max_runs: int | None = None,
+    alpha: float = 0.05,
+    noise_sd: float = 1.0,
+    noise_sds: Sequence[float] | None = None,
+    seed_sd: float = 1.0,
+) -> Outcomes:
+    """``races`` independent races of ``len(means)`` candidates on simulated outcomes."""
+    values = simulated_values(
+        means,
+        races,
+        seed,
+        max_seeds=max_seeds,
+        noise_sd=noise_sd,
+        noise_sds=noise_sds,
+        seed_sd=seed_sd,
+    )
+    return run_races(
+        values, min_seeds=min_seeds, max_seeds=max_seeds, max_runs=max_runs, alpha=alpha
+    )
+
+
+def binomial_upper(count: int, trials: int, confidence: float = 0.95) -> float:
+    """Exact (Clopper-Pearson) one-sided upper confidence bound of a binomial proportion."""
+    if count >= trials:
+        return 1.0
+    from scipy.stats import beta
+
+    return float(beta.ppf(confidence, count + 1, trials - count))
+
+
+def binomial_lower(count: int, trials: int, confidence: float = 0.95) -> float:
+    """Exact (Clopper-Pearson) one-sided lower confidence bound of a binomial proportion."""
+    if count <= 0:
+        return 0.0
+    from scipy.stats import beta
+
+    return float(beta.ppf(1 - confidence, count, trials - count + 1))
+
+
+def largest_count_consistent_with(rate: float, trials: int, tail: float = 0.001) -> int:
+    """The largest count of ``trials`` that a true rate ``rate`` produces with probability at
+    least ``tail`` of that many or more: observing more rejects ``rate`` at level ``tail``."""
+    return int(binom.isf(tail, trials, rate))
+
+
+# The scenarios docs/results/race_rule.md shows: (name, means in units of sigma, the index of
+# "the worse one" (-1: none), per-candidate noise SDs (None: all sigma)); candidate 0 is the
+# best (tied with others in some).
+SQRT2 = math.sqrt(2)
+SCENARIOS: tuple[tuple[str, tuple[float, ...], int, tuple[float, ...] | None], ...] = (
+    ("4 tied", (0, 0, 0, 0), -1, None),
+    ("9 tied", (0,) * 9, -1, None),
+    ("4: one 3 sigma_d worse, two tied", (0, 0, 0, -3 * SQRT2), 3, None),
+    (
+        "4: one 3 sigma_d worse, two 1.5 sigma_d worse",
+        (0, -1.5 * SQRT2, -1.5 * SQRT2, -3 * SQRT2),
+        3,
+        None,
+    ),
+    ("9: one 3 sigma_d worse, seven tied", (0,) * 8 + (-3 * SQRT2,), 8, None),
+    ("3: one 3 sigma_d worse, one tied", (0, 0, -3 * SQRT2), 2, None),
+    ("2: one 3 sigma_d worse", (0, -3 * SQRT2), 1, None),
+    ("4: one 3 sigma worse, two tied", (0, 0, 0, -3.0), 3, None),
+    ("9: one 3 sigma worse, seven tied", (0,) * 8 + (-3.0,), 8, None),
+    ("9: one 3 sigma worse, seven 0.5 sigma worse", (0,) + (-0.5,) * 7 + (-3.0,), 8, None),
+    ("4 tied, the best 2x noisier", (0, 0, 0, 0), -1, (2, 1, 1, 1)),
+    ("4 tied, the best 2x less noisy", (0, 0, 0, 0), -1, (0.5, 1, 1, 1)),
+)
+
+
+def scenario_table(races: int = 4000, seed: int = 2024) -> list[dict[str, object]]:
+    """Every scenario of :data:`SCENARIOS` with the defaults (min_seeds 3, max_seeds 10, alpha
+    0.05): the share of races that eliminated the best (candidate 0) and, where there is one, the
+    worse candidate within two rounds, with exact 95% bounds."""
+    rows = []
+    for i, (name, means, worse, noise_sds) in enumerate(SCENARIOS):
+        result = simulate_races(means, races, seed + i, noise_sds=noise_sds)
+        best_out = int((result.eliminated[:, 0] > 0).sum())
+        row: dict[str, object] = {
+            "scenario": name,
+            "candidates": len(means),
+            "races": races,
+            "best_eliminated": best_out,
+            "best_eliminated_upper95": binomial_upper(best_out, races),
+            "mean_runs": float(result.runs.mean()),
+        }
+        if worse >= 0:
+            caught = int(result.out_by(worse, 2).sum())
+            row["worse_out_by_round_2"] = caught
+            row["worse_out_by_round_2_lower95"] = binomial_lower(caught, races)
+        rows.append(row)
+    for j, (name, means) in enumerate((("4 tied", (0,) * 4), ("9 tied", (0,) * 9))):
+        result = naive_races(simulated_values(means, races, seed + 100 + j))
+        best_out = int((result.eliminated[:, 0] > 0).sum())
+        rows.append(
+            {
+                "scenario": f"{name}: the naive race (paired t vs the leader, Holm, every round)",
+                "candidates": len(means),
+                "races": races,
+                "best_eliminated": best_out,
+                "best_eliminated_upper95": binomial_upper(best_out, races),
+                "mean_runs": float(result.runs.mean()),
+            }
+        )
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="the JSON artifact to write")
+    parser.add_argument("--races", type=int, default=4000)
+    args = parser.parse_args(argv)
+    rows = scenario_table(args.races)
+    args.out.write_text(
+        json.dumps({"alpha": 0.05, "min_seeds": 3, "max_seeds": 10, "rows": rows}, indent=1) + "\n"
+    )
+    print(f"wrote {args.out} ({len(rows)} scenarios)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

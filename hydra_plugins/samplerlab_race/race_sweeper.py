@@ -1,0 +1,119 @@
+"""``hydra/sweeper=race``: race the candidates of a sweep over seeds, round by round, through
+the configured ``hydra/launcher``, and publish the answer on the sweep's parent run.
+
+    python -m runner -m hydra/sweeper=race sampler=uniform,weighted,hybrid data.val_per_class=30
+    python -m runner -m hydra/sweeper=race +experiment=digits data.val_per_class=20 \\
+        hydra.sweeper.max_runs=36 hydra.sweeper.min_seeds=3
+
+Settings (``hydra.sweeper.*``): ``params`` (the candidates, as for the basic sweeper), ``min_seeds``
+(seeds of round 1, default 3), ``max_seeds`` (default 10), ``max_runs`` (a budget of jobs, default
+none), ``alpha`` (the chance, over the whole race, of eliminating the truly best candidate;
+default 0.05). The rule is in :mod:`experiments.race.rule`, the rounds in
+:mod:`experiments.race.driver`.
+
+Imported by Hydra's plugin discovery on every start: it imports Hydra and nothing heavy. No
+``from __future__ import annotations`` here: Hydra executes plugin modules outside
+``sys.modules``, where a dataclass cannot resolve string annotations.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass
+class RaceSweeperConf:
+    _target_: str = "hydra_plugins.samplerlab_race.race_sweeper.RaceSweeper"
+    params: dict[str, str] | None = None
+    min_seeds: int = 3
+    max_seeds: int = 10
+    max_runs: int | None = None
+    alpha: float = 0.05
+
+
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="race", node=RaceSweeperConf, provider="samplerlab"
+)
+
+
+class RaceSweeper(Sweeper):
+    """Candidates are the combinations of the swept overrides; replicates are seeds."""
+
+    def __init__(
+        self,
+        params: dict[str, str] | None = None,
+        min_seeds: int = 3,
+        max_seeds: int = 10,
+        max_runs: int | None = None,
+        alpha: float = 0.05,
+    ) -> None:
+        super().__init__()
+        self.params = dict(params or {})
+        self.settings = (min_seeds, max_seeds, max_runs, alpha)
+        self.hydra_context: HydraContext | None = None
+        self.config: DictConfig | None = None
+        self.launcher: Launcher | None = None
+
+    @staticmethod
+    def check(config: DictConfig) -> None:
+        """Raise the user error a race of this composed multirun config would stop with (no
+        candidates, too few seeds, a budget below round 1), without launching anything: for a
+        caller that wants it before the sweep's parent run exists."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        from experiments.race import driver
+
+        sweeper = config.hydra.sweeper
+        parser = OverridesParser.create()
+        params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+        task = [str(o) for o in config.hydra.overrides.task]
+        settings = driver.Settings(
+            sweeper.min_seeds, sweeper.max_seeds, sweeper.max_runs, sweeper.alpha
+        )
+        plan = driver.plan_from(parser.parse_overrides(params + task), settings.max_seeds)
+        driver.new_race(plan, settings)
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from pathlib import Path
+
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        from experiments.race import advice, driver
+
+        assert self.config is not None and self.launcher is not None
+        assert self.hydra_context is not None
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        overrides = parser.parse_overrides([f"{k}={v}" for k, v in self.params.items()])
+        overrides += parser.parse_overrides(arguments)
+        settings = driver.Settings(*self.settings)
+        plan = driver.plan_from(overrides, settings.max_seeds)
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        launcher = self.launcher
+        race, keys, returns = driver.run(
+            plan,
+            settings,
+            lambda batch, first: launcher.launch(batch, initial_job_idx=first),
+            self.validate_batch_is_legal,
+        )
+        objective = str(OmegaConf.select(self.config, "objective", default="objective"))
+        where = driver.parent_of(self.hydra_context.callbacks)
+        print(advice.publish(race, objective, keys, where), flush=True)
+        return returns

@@ -1,0 +1,169 @@
+"""The race sweeper end to end: real ``python -m runner -m hydra/sweeper=race`` subprocesses on
+synthetic data (IF 100, 2-3 epochs), a real MLflow store, a real SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = [sys.executable, "-m", "runner", "-m", "hydra/sweeper=race"]
+# One torch thread (idle OpenMP threads spin: about half the CPU of a 2-epoch job here) and no
+# checkpoint but the one a signal takes: the jobs cost what the race needs, little more.
+QUICK = [
+    "data.val_per_class=30",
+    "tracking.plots=false",
+    "trainer.progress=false",
+    "trainer.threads=1",
+    "trainer.checkpoint_every=0",
+]
+
+
+def environment() -> dict[str, str]:
+    """This checkout first on the path, so its hydra_plugins and code are the ones tested."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+
+
+def race(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*RUN, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment()
+    )
+
+
+def sweep_runs(uri: str) -> tuple[MlflowClient, object, list]:
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("samplerlab").experiment_id
+    runs = client.search_runs([experiment])
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+    children = [r for r in runs if r is not parent]
+    return client, parent, children
+
+
+def test_a_race_eliminates_uniform_within_its_budget(tmp_path, tracking_uri):
+    done = race(
+        [
+            "sampler=uniform,weighted,hybrid,hard_mined",
+            "hydra.sweeper.max_runs=24",
+            "trainer.epochs=2",
+            *QUICK,
+            f"tracking.uri={tracking_uri}",
+        ],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, parent, children = sweep_runs(tracking_uri)
+    tags, metrics = parent.data.tags, parent.data.metrics
+    assert parent.info.status == "FINISHED"
+    assert "uniform" in tags["advice/eliminated"].split(",")
+    assert "uniform" not in tags["advice/winner"].split(",")
+    assert set(tags["advice/winner"].split(",")) <= {"weighted", "hybrid", "hard_mined"}
+    assert 12 <= metrics["advice/runs_used"] <= 24 and metrics["advice/rounds"] >= 1
+    # Every job is one FINISHED child of this parent: nothing else ran, nothing ran twice.
+    assert len(children) == metrics["advice/runs_used"]
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    assert {c.info.status for c in children} == {"FINISHED"}
+    files = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"advice.md", "advice.html", "race.json", "report.md", "report.html"} <= files
+    folder = tmp_path / "artifacts"
+    client.download_artifacts(parent.info.run_id, "", str(folder))
+    record = json.loads((folder / "race.json").read_text())
+    assert record["runs"] == len(children) and record["eliminated_in"]["uniform"] >= 1
+    # uniform is far behind on validation: out as soon as the race first looks.
+    assert record["eliminated_in"]["uniform"] == 1
+    advice = (folder / "advice.md").read_text()
+    assert "The test set, once" in advice and "final/balanced_accuracy" in advice
+    assert "data:image/png;base64," in (folder / "advice.html").read_text()
+    # The sentence is printed too, and the report of the sweep still works on the parent.
+    sentence = re.search(r"samplerlab race: (use .*)\.\n", done.stdout)
+    assert sentence and "uniform out in round 1" in sentence.group(1)
+    assert f"{tags['advice/winner'].split(',')[0]}" in sentence.group(1)
+    assert "samplerlab report: sweep" in done.stdout
+
+
+def test_a_test_set_objective_or_no_validation_split_is_refused(tmp_path, tracking_uri):
+    """Before any parent run is created: one line, exit 2, nothing in the store (both commands
+    run at once)."""
+    commands = {
+        "test set": ["sampler=uniform,weighted", "objective=final/balanced_accuracy", *QUICK],
+        "no split": ["sampler=uniform,weighted", "tracking.plots=false"],
+    }
+    started = {
+        name: subprocess.Popen(
+            [*RUN, *args, f"tracking.uri={tracking_uri}"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment(),
+        )
+        for name, args in commands.items()
+    }
+    said = {name: p.communicate(timeout=120)[1] for name, p in started.items()}
+    assert {p.returncode for p in started.values()} == {2}, said
+    assert "RaceSweeper sweeper would select on the test set" in said["test set"]
+    assert "needs a validation split" in said["no split"]
+    assert all(len(text.strip().splitlines()) <= 2 for text in said.values()), said
+    client = MlflowClient(tracking_uri)
+    experiments = client.search_experiments()
+    assert not client.search_runs([e.experiment_id for e in experiments])
+
+
+def test_a_race_stopped_by_sigterm_resumes_to_its_end(tmp_path, tracking_uri):
+    args = [
+        "sampler=uniform,weighted,hybrid",
+        "hydra.sweeper.min_seeds=2",
+        "hydra.sweeper.max_seeds=3",
+        "trainer.epochs=3",
+        *QUICK,
+        f"tracking.uri={tracking_uri}",
+    ]
+    log = tmp_path / "race.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [*RUN, *args], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, env=environment()
+        )
+    deadline = time.monotonic() + 240
+    # Round 1 is jobs #0-#5; stop the first job of round 2 in its first epoch.
+    while "epoch 1/3" not in log.read_text().partition("#6 : ")[2]:
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
+    client, parent, before = sweep_runs(tracking_uri)
+    assert parent.info.status == "KILLED"
+    stopped = {c.info.run_id for c in before if c.info.status != "FINISHED"}
+    assert f"resume={parent.info.run_id}" in log.read_text()
+
+    again = race([*args, f"resume={parent.info.run_id}"], tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    _, parent, children = sweep_runs(tracking_uri)
+    assert parent.info.status == "FINISHED"
+    assert {c.info.status for c in children} == {"FINISHED"}  # none left RUNNING or KILLED
+    assert len(children) == parent.data.metrics["advice/runs_used"]  # nothing run twice
+    assert stopped <= {c.info.run_id for c in children}  # the stopped job was continued
+    assert "already finished" in again.stdout  # round 1 replayed from the store
+    assert parent.data.tags["advice/winner"] and "uniform" not in parent.data.tags["advice/winner"]
+
+
+def test_the_plugin_is_found_from_outside_the_repository(tmp_path):
+    shown = subprocess.run(
+        [sys.executable, "-m", "runner", "hydra/sweeper=race", "--cfg", "hydra"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment(),
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "_target_: hydra_plugins.samplerlab_race.race_sweeper.RaceSweeper" in shown.stdout
+    assert "min_seeds: 3" in shown.stdout and "alpha: 0.05" in shown.stdout

@@ -1,0 +1,171 @@
+"""The race sweeper's pure parts: candidates and seeds from Hydra's parsed overrides, the
+settings it refuses, and the answer it writes (on a race replayed from known values)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from experiments.race import advice
+from experiments.race.driver import Settings, new_race, plan_from
+from experiments.race.race import MAX_RUNS, ONE_LEFT, Race, replay
+from runner.errors import UserError
+
+
+def parsed(*overrides: str):
+    return OverridesParser.create().parse_overrides(list(overrides))
+
+
+def test_candidates_are_the_combinations_of_the_swept_overrides():
+    plan = plan_from(
+        parsed("sampler=uniform,weighted", "sampler.q=0,0.5", "trainer.epochs=2", "+method=ce"), 4
+    )
+    assert list(plan.candidates) == [
+        "sampler=uniform sampler.q=0",
+        "sampler=uniform sampler.q=0.5",
+        "sampler=weighted sampler.q=0",
+        "sampler=weighted sampler.q=0.5",
+    ]
+    assert plan.seeds == (0, 1, 2, 3)
+    assert plan.job("sampler=weighted sampler.q=0.5", 3) == [
+        "trainer.epochs=2",
+        "+method=ce",
+        "sampler=weighted",
+        "sampler.q=0.5",
+        "seed=3",
+    ]
+    one_key = plan_from(parsed("sampler=uniform,hybrid"), 10)
+    assert list(one_key.candidates) == ["uniform", "hybrid"]
+
+
+def test_a_seed_sweep_lists_the_seeds_and_the_later_override_wins():
+    """As with +experiment=digits (params seed: 0,1,2) and seed=range(10) on the command line."""
+    plan = plan_from(
+        parsed("sampler=a,b", "seed=0,1,2", "seed=range(10)", "seed=range(5,0,-1)"), 10
+    )
+    assert plan.seeds == (5, 4, 3, 2, 1)
+    assert "seed" not in " ".join(plan.fixed)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["sampler=uniform,weighted", "seed=3"], "the race chooses the seeds"),
+        (["sampler.q=interval(0,1)"], "not an interval"),
+        (["trainer.epochs=2"], "nothing to race"),
+    ],
+)
+def test_overrides_the_race_cannot_use_are_one_line_errors(overrides, message):
+    with pytest.raises(UserError, match=message):
+        plan_from(parsed(*overrides), 10)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "settings", "message"),
+    [
+        (["sampler=uniform,uniform"], Settings(), "at least 2 candidates"),
+        (["sampler=a,b", "seed=0,1"], Settings(min_seeds=3), "min_seeds=3 but only 2 seeds"),
+        (["sampler=a,b,c"], Settings(max_runs=8), "max_runs=8 cannot pay for round 1"),
+        (["sampler=a,b"], Settings(min_seeds=1), "min_seeds must be >= 2"),
+        (["sampler=a,b"], Settings(alpha=1.5), "alpha must lie in"),
+    ],
+)
+def test_settings_the_race_cannot_use_name_hydra_sweeper(overrides, settings, message):
+    with pytest.raises(UserError, match=message):
+        new_race(plan_from(parsed(*overrides), 10), settings)
+
+
+def finished_race(max_runs: int | None = None) -> Race:
+    """weighted and hybrid close, uniform far behind, on made-up but fixed values."""
+    table = {}
+    for seed in range(10):
+        wobble = 0.004 * ((seed * 7) % 5 - 2)
+        table[("uniform", seed)] = 0.80 + wobble - 0.002 * (seed % 3)
+        table[("weighted", seed)] = 0.95 + wobble + 0.001 * (seed % 2)
+        table[("hybrid", seed)] = 0.949 + wobble - 0.001 * (seed % 2)
+    return replay(
+        Race(["uniform", "weighted", "hybrid"], list(range(10)), max_runs=max_runs), table
+    )
+
+
+def test_the_answer_names_the_winner_or_the_survivors_and_every_elimination():
+    race = finished_race(max_runs=13)
+    assert race.stop_reason == MAX_RUNS and race.eliminated_in == {"uniform": 1}
+    text = advice.sentence(race, "val/balanced_accuracy")
+    assert text.startswith(
+        "use weighted (or hybrid: not separable within the budget, max_runs reached)"
+    )
+    assert "uniform out in round 1 (-15.2 points [" in text
+    assert "hybrid not separable from weighted (" in text
+    diff, low, high = advice.interval(race, "uniform")
+    assert high < 0 < advice.interval(race, "hybrid")[2]  # out exactly when the interval is below 0
+    confirmed = advice.confirm(race, "val/balanced_accuracy", {}, {})
+    page = advice.to_html(race, "val/balanced_accuracy", confirmed, advice.chart(race, "val"))
+    assert page.count("data:image/png;base64,") == 1 and "How the race decides" in page
+    assert "| weighted |" in advice.markdown(race, "val/balanced_accuracy", confirmed)
+
+
+def test_a_race_with_one_survivor_says_use_it():
+    values = {("a", s): 0.9 + 0.001 * s for s in range(10)}
+    values.update({("b", s): 0.5 + 0.002 * (s % 2) for s in range(10)})
+    race = replay(Race(["a", "b"], list(range(10))), values)
+    assert race.stop_reason == ONE_LEFT and race.survivors == ["a"]
+    assert advice.sentence(race, "val/macro_f1").startswith(
+        "use a: best on val/macro_f1 after 1 round (6 runs, 3 seeds); b out in round 1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ("", "+experiment=advise_digits"),
+        ("/d/features.npz", "data=tensor_file data.path=/d/features.npz data.val_per_class=20"),
+        ("/d/images.pt", "data=tensor_file data.path=/d/images.pt"),
+        ("/d/folder", "data=torchvision data.dataset.root=/d/folder model=small_cnn"),
+    ],
+)
+def test_make_advise_races_your_data(data, expected):
+    """``make advise DATA=...``: the command it runs (printed by make -n, not run)."""
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    root = Path(__file__).resolve().parents[1]
+    printed = (
+        subprocess.run(
+            ["make", "-n", "advise", f"DATA={data}", "BUDGET=30", "STAMP=/dev/null", "PY=python"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    assert printed.startswith("python -m runner -m hydra/sweeper=race ")
+    assert expected in printed and "hydra.sweeper.max_runs=30" in printed
+
+
+def test_the_sweeper_checks_a_composed_config_without_launching(tmp_path):
+    """RaceSweeper.check: what a caller can run before the sweep's parent run is created."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from hydra_plugins.samplerlab_race.race_sweeper import RaceSweeper
+
+    root = Path(__file__).resolve().parents[1]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(root / "conf"), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+
+        def composed(*overrides: str):
+            line = ["hydra/sweeper=race", "sampler=uniform,weighted", *overrides]
+            return loader.load_configuration("config", line, run_mode=RunMode.MULTIRUN)
+
+        good, bad = composed("data.val_per_class=30"), composed("hydra.sweeper.max_runs=5")
+    RaceSweeper.check(good)
+    with pytest.raises(UserError, match="hydra.sweeper: max_runs=5 cannot pay for round 1"):
+        RaceSweeper.check(bad)

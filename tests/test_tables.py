@@ -1,0 +1,86 @@
+"""Tables that cannot drift: the committed tables are what ``python -m experiments.tables``
+renders from the stored study artifacts, and the command writes between markers only."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from experiments import tables
+from experiments.report import build_report
+from experiments.store import child_runs, get_run, open_store
+
+
+def test_the_committed_tables_match_their_artifacts():
+    assert tables.stale() == [], "run python -m experiments.tables and commit the result"
+    shown = {
+        m.group("name") for p in tables.documents() for m in tables.MARKER.finditer(p.read_text())
+    }
+    assert {"race-rule", "race-bench", "race-rounds", "digits-test", "digits-val"} <= shown
+
+
+def test_tables_are_written_between_their_markers_only(tmp_path):
+    (tmp_path / "docs").mkdir()
+    results = tmp_path / "results"
+    shutil.copytree(tables.RESULTS, results)
+    doc = tmp_path / "docs" / "a.md"
+    doc.write_text(
+        "before\n<!-- table:race-rule:start -->\nstale\n<!-- table:race-rule:end -->\nafter\n"
+    )
+    assert tables.stale(tmp_path, results) == [doc]
+    assert tables.write(tmp_path, results) == [doc]
+    text = doc.read_text()
+    assert text.startswith("before\n<!-- table:race-rule:start -->\n| scenario")
+    assert text.endswith("<!-- table:race-rule:end -->\nafter\n") and "stale" not in text
+    assert tables.write(tmp_path, results) == []  # rendering again changes nothing
+    doc.write_text("<!-- table:nosuch:start -->\n<!-- table:nosuch:end -->\n")
+    with pytest.raises(KeyError, match="no table 'nosuch'"):
+        tables.write(tmp_path, results)
+
+
+def test_an_exported_sweep_renders_the_reports_own_table(tracking_uri, tmp_path):
+    """A sweep written to a real store, exported to an artifact: the table rendered from the
+    artifact is the report's table of the store's runs."""
+    client = MlflowClient(tracking_uri)
+    experiment = client.create_experiment("study")
+    parent = client.create_run(experiment, tags={"sweep": "parent"}).info.run_id
+    for sampler, level in (("uniform", 0.80), ("weighted", 0.90)):
+        for seed in range(3):
+            run = client.create_run(
+                experiment,
+                run_name=f"{sampler}-s{seed}",
+                tags={
+                    "mlflow.parentRunId": parent,
+                    "sampler": sampler,
+                    "data": "d",
+                    "model": "m",
+                    "loss": "ce",
+                    "overrides": f"sampler={sampler} seed={seed}",
+                },
+            ).info.run_id
+            client.log_param(run, "seed", str(seed))
+            for metric in (
+                "accuracy",
+                "balanced_accuracy",
+                "macro_f1",
+                "many_accuracy",
+                "medium_accuracy",
+                "few_accuracy",
+            ):
+                client.log_metric(run, f"final/{metric}", level + 0.01 * seed)
+                client.log_metric(run, f"val/{metric}", level + 0.02 * seed)
+            client.log_metric(run, "final/recall/class_0", 0.5)  # per-class: not exported
+            client.set_terminated(run, "FINISHED")
+    artifact = tables.export_runs(tracking_uri, parent)
+    assert len(artifact["runs"]) == 6
+    assert all("final/recall/class_0" not in r["metrics"] for r in artifact["runs"])
+    (tmp_path / "digits_grid.json").write_text(json.dumps(artifact))
+    rendered = tables.TABLES["digits-test"](tmp_path)
+    store, uri = open_store(tracking_uri)
+    report = build_report(child_runs(store, get_run(store, uri, parent)), "t", plots=False)
+    header, rows = next(b[1:] for b in report.blocks if b[0] == "table")
+    assert rendered == tables.markdown_table(header, rows)
+    assert "weighted" in rendered and "+10.0" in rendered  # the paired Δ to uniform, in points
