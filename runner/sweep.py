@@ -92,6 +92,7 @@ def start(config: DictConfig) -> tuple[str, str]:
                 "drop -m and launch one torchrun per configuration"
             )
         check_objective(config, str(config.hydra.sweeper._target_))
+        _check_sweeper(config)
         uri = resolve_uri(config.tracking.uri)
         prepare_store(uri)
         parent_run_id = _parent_run(MlflowClient(tracking_uri=uri), uri, config)
@@ -100,6 +101,17 @@ def start(config: DictConfig) -> tuple[str, str]:
     _open[parent_run_id] = uri
     print(f"samplerlab: sweep parent run {parent_run_id} ({uri})", flush=True)
     return uri, parent_run_id
+
+
+def _check_sweeper(config: DictConfig) -> None:
+    """A sweeper's own settings checked before the parent run exists: Hydra builds the sweeper
+    only after this callback, and its error would leave a FAILED parent behind. A sweeper class
+    with a static ``check(config)`` (the race's) raises the user error it would stop with."""
+    from hydra.utils import get_class
+
+    check = getattr(get_class(str(config.hydra.sweeper._target_)), "check", None)
+    if check is not None:
+        check(config)
 
 
 def _parent_run(client: Any, uri: str, config: DictConfig) -> str:

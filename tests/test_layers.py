@@ -20,9 +20,7 @@ def _module_name(path: Path) -> str:
 def _imports() -> dict[str, set[str]]:
     """Module -> the project modules it imports (``from a.b import c`` counts ``a.b`` and, when
     ``a.b.c`` is a module, that too)."""
-    modules = {
-        _module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")
-    }
+    modules = {_module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         found: set[str] = set()

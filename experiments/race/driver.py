@@ -201,6 +201,6 @@ def _config_key(result: JobReturn) -> str:
     """The job's run, as the runner fingerprints it (its ``config_key`` tag)."""
     if result.cfg is None:
         return ""
-    from runner.app import config_key  # the runner's own identity of a run's config
+    from runner.config import config_key  # the runner's own identity of a run's config
 
     return config_key(result.cfg)
