@@ -26,9 +26,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from runner.data import to_model_input
+from runner.data import Samples, to_model_input, torchvision_lt
 from runner.feeding import Feed, place
-from runner.sources import Samples, torchvision_lt
 from samplers import WeightedSampler
 
 

@@ -25,8 +25,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from runner.data import LongTailData, Normalize, to_model_input
+from runner.data.samples import SampleError, Samples, default_workers
 from runner.errors import UserError
-from runner.sources import SampleError, Samples, default_workers
 
 log = logging.getLogger("runner")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 from PIL import Image
 
 from runner import data
+from runner.data.builtin import CIFAR_STATS
 
 
 @pytest.mark.parametrize(
@@ -94,8 +96,8 @@ def test_cifar_on_files_in_the_real_format(tmp_path, variant):
     assert ds.in_shape == (3, 32, 32) and ds.class_names[:2] == ["c0", "c1"]
     assert ds.train_x.dtype == torch.uint8  # 4x less memory; standardised one batch at a time
     assert torch.equal(ds.train_x[:, 0, 0, 0].long(), ds.train_y * 2)
-    assert ds.normalize == data.CIFAR_STATS[variant]
-    mean, std = data.CIFAR_STATS[variant]
+    assert ds.normalize == CIFAR_STATS[variant]
+    mean, std = CIFAR_STATS[variant]
     raw = data.to_model_input(ds.train_x, ds.normalize)[:, 0, 0, 0] * std[0] + mean[0]
     assert torch.allclose(raw * 255, ds.train_y.float() * 2, atol=1e-3)
     with pytest.raises(RuntimeError, match="not found or corrupted"):
@@ -159,3 +161,35 @@ def test_batch_augmentation_crops_and_flips():
     for i in range(2):  # every output is some 4x4 window of the padded image
         windows = [padded[i, :, dy : dy + 4, dx : dx + 4] for dy in range(3) for dx in range(3)]
         assert any(torch.equal(cropped[i], w) for w in windows)
+
+
+def test_a_validation_fraction_is_a_stratified_share_of_every_class_outside_training_and_test():
+    """``data.val_fraction``: round(f * n_c) of every class (at least one), drawn before the
+    cut with a seed of its own, so the training subset is the same with or without it."""
+    from runner.data import tensor_file
+
+    rng = np.random.RandomState(0)
+    y = np.repeat(np.arange(3), [50, 20, 10])
+    x = (rng.randn(y.size, 4) + y[:, None]).astype(np.float32)
+    x[:, 0] = np.arange(y.size)  # each sample's row, to tell the splits apart
+    path = Path(tempfile.mkdtemp()) / "features.npz"
+    np.savez(path, x=x, y=y)
+    def rows(samples) -> set[int]:
+        return set(samples.__getitems__(list(range(len(samples))))[:, 0].long().tolist())
+
+    ds = tensor_file(str(path), val_fraction=0.2, data_seed=3)
+    # The pools after the test split (a fifth of every class) hold 40, 16 and 8 samples.
+    assert torch.bincount(ds.val_y).tolist() == [8, 3, 2]
+    assert not rows(ds.val_x) & rows(ds.train_x) and not rows(ds.val_x) & rows(ds.test_x)
+    again = tensor_file(str(path), val_fraction=0.2, data_seed=3)
+    assert rows(again.val_x) == rows(ds.val_x)  # seeded
+    with pytest.raises(ValueError, match="give one of them"):
+        tensor_file(str(path), val_fraction=0.2, val_per_class=2)
+    with pytest.raises(ValueError, match=r"data.val_fraction must lie in \[0, 1\)"):
+        tensor_file(str(path), val_fraction=1.0)
+
+
+def test_synthetic_data_keeps_its_head_class_size_with_a_validation_fraction():
+    ds = data.synthetic_lt(n_max=100, val_fraction=0.25, imbalance_factor=10)
+    assert int(ds.train_counts[0]) == 100 and ds.val_y is not None
+    assert torch.bincount(ds.val_y).tolist() == [round(0.25 * 133)] * 10  # 133 generated: 100 left after it

@@ -15,8 +15,9 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from runner import data as data_module
+from runner.data import Samples, tensor_file, torchvision_lt
+from runner.data.samples import STATS_SAMPLES
 from runner.feeding import Feed, place
-from runner.sources import STATS_SAMPLES, Samples, tensor_file, torchvision_lt
 from samplers import FixedClassSampler, HardMinedSampler, WeightedSampler
 from tests.conftest import compose_config
 
@@ -445,4 +446,4 @@ def test_the_readme_commands_for_your_data_compose():
     for command in commands:
         cfg = compose_config(shlex.split(command)[3:])
         check_targets(cfg)
-        assert cfg.data._target_.startswith("runner.sources.")
+        assert cfg.data._target_ in ("runner.data.tensor_file", "runner.data.torchvision_lt")

@@ -349,3 +349,5 @@ def test_runs_recorded_before_the_fingerprint_changed_are_still_recognised():
     assert "c9b55afccdd269b2" in config_keys(cfg)
     assert config_key(cfg) in config_keys(cfg)
     assert "c9b55afccdd269b2" not in config_keys(compose_config(["data.imbalance_factor=50"]))
+    # A setting runs before could not have: no old fingerprint to match.
+    assert len(config_keys(compose_config(["data.val_fraction=0.1"]))) == 1

@@ -1,109 +1,26 @@
-"""The user's own data: tensors in a file (``data=tensor_file``) and any torchvision-style dataset
-class (``data=torchvision``). Both keep their samples where they are (a file, possibly memory
-mapped, or a dataset that decodes on demand) as :class:`Samples`: the splits and the long-tail cut
-compose indices and copy nothing; :mod:`runner.feeding` decides whether they are read into memory
-or through a ``DataLoader``.
-"""
+"""The user's own data: tensors in a file (``data=tensor_file``) and any torchvision-style
+dataset class (``data=torchvision``), kept where they are as :class:`runner.data.samples.Samples`
+and cut to a long tail by index."""
 
 from __future__ import annotations
 
-import os
 import zipfile
-from collections.abc import Callable, Sequence
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
-from runner.data import Augment, Feeding, LongTailData, Normalize, _make_long_tailed
-
-STATS_SAMPLES = 2048  # images the per-channel mean and std are estimated from
-FINITE_CHECK_ROWS = 4096  # samples checked at a time: a memory-mapped file is read in pieces
-
-
-class SampleError(ValueError):
-    """A sample cannot be read or does not match the others; the message names the fix."""
-
-
-class Samples(Dataset):
-    """Rows ``indices`` of ``base``: a tensor (rows are samples; it may be memory-mapped), or a
-    map-style dataset whose items ``read`` turns into tensors. ``samples[i]`` is one sample,
-    ``samples[array]`` another :class:`Samples` over those rows, and ``__getitems__`` (which a
-    ``DataLoader`` calls) one stacked batch."""
-
-    def __init__(
-        self,
-        base: Any,
-        indices: np.ndarray | None = None,
-        read: Callable[[Any, int], torch.Tensor] | None = None,
-    ) -> None:
-        self.base, self.read = base, read
-        self.indices = (
-            np.arange(len(base), dtype=np.int64)
-            if indices is None
-            else np.asarray(indices, dtype=np.int64)
-        )
-
-    def __len__(self) -> int:
-        return int(self.indices.size)
-
-    def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, (int, np.integer)):
-            return self.__getitems__([int(key)])[0]
-        return Samples(self.base, self.indices[key], self.read)
-
-    def __getitems__(self, positions: Sequence[int]) -> torch.Tensor:
-        rows = self.indices[np.asarray(positions, dtype=np.int64)]
-        if self.read is None:  # a tensor: one gather
-            return self.base.index_select(0, torch.from_numpy(rows))
-        items = [self.read(self.base, int(r)) for r in rows]
-        first = self.sample
-        for row, item in zip(rows, items, strict=True):
-            if item.shape != first.shape or item.dtype != first.dtype:
-                raise SampleError(
-                    f"data.dataset: sample {row} is {tuple(item.shape)} {item.dtype}, the first "
-                    f"is {tuple(first.shape)} {first.dtype}; give every image one size with "
-                    f"data.image_size=<pixels>"
-                )
-            if item.is_floating_point() and not bool(torch.isfinite(item).all()):
-                raise SampleError(
-                    f"data.dataset: sample {row} holds {_first_bad(item)} (not finite); every "
-                    f"sample must be finite: fix the dataset's sample {row} or its transform"
-                )
-        return torch.stack(items)
-
-    @cached_property
-    def sample(self) -> torch.Tensor:
-        """The first sample (of the base), as read: fixes the shape and dtype of every other."""
-        if self.read is None:
-            return self.base[0]
-        return self.read(self.base, int(self.indices[0]) if self.indices.size else 0)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (len(self), *self.sample.shape)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.sample.dtype
-
-    @property
-    def decodes(self) -> bool:
-        """Whether reading a sample runs code (decoding): then workers pay off."""
-        return self.read is not None
-
-    @property
-    def nbytes(self) -> int:
-        """Memory the samples take once read into one tensor."""
-        return len(self) * self.sample.numel() * self.sample.element_size()
-
-    def __getstate__(self) -> dict[str, Any]:  # the cached sample need not travel to workers
-        state = dict(self.__dict__)
-        state.pop("sample", None)
-        return state
+from runner.data.cut import LongTailCut, long_tail_source
+from runner.data.samples import (
+    ReadImage,
+    SampleError,
+    Samples,
+    channel_stats,
+    check_finite,
+    is_image,
+)
+from runner.data.types import Augment, Feeding, LongTailData
 
 
 def _stratified_split(
@@ -168,70 +85,35 @@ def _class_names(names: Any, num_classes: int, where: str) -> list[str]:
     return names
 
 
-def channel_stats(samples: Samples, data_seed: int) -> Normalize:
-    """Per-channel mean and std of uint8 images in [0, 1], from up to ``STATS_SAMPLES`` of them
-    chosen with the data seed (all of them when there are fewer)."""
-    n = len(samples)
-    rows = np.arange(n)
-    if n > STATS_SAMPLES:
-        rows = np.sort(np.random.RandomState(data_seed).choice(n, STATS_SAMPLES, replace=False))
-    x = torch.cat(
-        [samples.__getitems__(chunk) for chunk in np.array_split(rows, -(-rows.size // 256))]
-    )
-    x = x.double() / 255.0
-    std = x.std(dim=(0, 2, 3)).clamp(min=1e-3)
-    return x.mean(dim=(0, 2, 3)).tolist(), std.tolist()
-
-
-def _is_image(sample: torch.Tensor) -> bool:
-    return sample.dtype == torch.uint8 and sample.dim() == 3
-
-
 def _finish(
+    *,
     name: str,
-    train: Samples,
-    train_y: np.ndarray,
-    test: Samples,
-    test_y: np.ndarray,
+    train: tuple[Samples, np.ndarray],
+    test: tuple[Samples, np.ndarray],
     class_names: list[str],
-    imbalance_factor: float | None,
-    profile: str,
-    data_seed: int,
-    n_max: int | None,
-    crop_padding: int,
-    flip: bool,
-    val_per_class: int,
+    augment: Augment,
+    cut: LongTailCut,
     feeding: Feeding,
     where: str,
 ) -> LongTailData:
     """Shapes checked, images standardised with the training pool's statistics, then the
-    splits and the cut (indices only)."""
-    if tuple(test.sample.shape) != tuple(train.sample.shape):
+    splits and the cut (indices only). ``augment`` applies to images alone."""
+    samples, test_samples = train[0], test[0]
+    if tuple(test_samples.sample.shape) != tuple(samples.sample.shape):
         raise ValueError(
-            f"{where}: test samples are {tuple(test.sample.shape)}, training samples "
-            f"{tuple(train.sample.shape)}; they must have one shape"
+            f"{where}: test samples are {tuple(test_samples.sample.shape)}, training samples "
+            f"{tuple(samples.sample.shape)}; they must have one shape"
         )
-    normalize = channel_stats(train, data_seed) if _is_image(train.sample) else None
-    augment = Augment(crop_padding, flip) if train.sample.dim() == 3 else None
-    return _make_long_tailed(
-        name,
-        train,
-        train_y,
-        test,
-        test_y,
-        class_names,
-        imbalance_factor,
-        profile,
-        data_seed,
-        n_max,
-        augment,
-        val_per_class,
-        normalize,
-        feeding,
+    image = is_image(samples.sample)
+    return cut.apply(
+        name=name,
+        train=train,
+        test=test,
+        class_names=class_names,
+        augment=augment if samples.sample.dim() == 3 else None,
+        normalize=channel_stats(samples, cut.data_seed) if image else None,
+        feeding=feeding,
     )
-
-
-# --- data=tensor_file ---------------------------------------------------------------------
 
 
 def _load_tensor_file(path: Path, where: str) -> dict[str, Any]:
@@ -275,28 +157,6 @@ def _load_tensor_file(path: Path, where: str) -> dict[str, Any]:
     raise ValueError(f"{where}: unknown file type {suffix or '(none)'}; use a .npz or .pt file")
 
 
-def _first_bad(x: torch.Tensor) -> float:
-    """The first non-finite value of ``x`` (which has one)."""
-    flat = x.reshape(-1)
-    return float(flat[~torch.isfinite(flat)][0])
-
-
-def check_finite(x: torch.Tensor, key: str, where: str, split: str) -> None:
-    """Float samples must be finite: a NaN or inf input makes every loss after it non-finite,
-    which would otherwise read as a learning rate that is too high. Names the first bad row."""
-    if not x.is_floating_point():
-        return  # integers (uint8 images) are finite
-    for start in range(0, len(x), FINITE_CHECK_ROWS):
-        chunk = x[start : start + FINITE_CHECK_ROWS].reshape(-1, max(1, x[0].numel()))
-        finite = torch.isfinite(chunk).all(dim=1)
-        if not bool(finite.all()):
-            row = start + int((~finite).nonzero()[0])
-            raise ValueError(
-                f"{where}: {key}[{row}] ({split}) holds {_first_bad(x[row])}, not a finite "
-                f"number; every sample must be finite: fix or drop row {row} of {key}"
-            )
-
-
 def _features(array: Any, key: str, where: str) -> torch.Tensor:
     x = torch.from_numpy(array) if isinstance(array, np.ndarray) else array
     if not torch.is_tensor(x) or x.dim() < 2:
@@ -312,19 +172,15 @@ def _features(array: Any, key: str, where: str) -> torch.Tensor:
     return x
 
 
+@long_tail_source()
 def tensor_file(
     path: str,
     test_fraction: float = 0.2,
-    imbalance_factor: float | None = None,
-    profile: str = "exp",
-    data_seed: int = 0,
-    n_max: int | None = None,
     crop_padding: int = 0,
     flip: bool = False,
-    val_per_class: int = 0,
-    in_memory: bool | None = None,
-    memory_budget_gb: float | None = None,
-    num_workers: int | None = None,
+    *,
+    cut: LongTailCut,
+    feeding: Feeding,
 ) -> LongTailData:
     """An ``.npz`` or ``.pt`` file with ``x`` (N, ...) and ``y`` (N,) integer labels 0..C-1, and
     optionally ``x_test``/``y_test`` (else a stratified split of ``test_fraction`` per class,
@@ -367,62 +223,20 @@ def tensor_file(
         test = Samples(x_test)
         train_y, test_y = y, y_test
     else:
-        train_idx, test_idx = _stratified_split(y, test_fraction, data_seed)
+        train_idx, test_idx = _stratified_split(y, test_fraction, cut.data_seed)
         train, test = train[train_idx], train[test_idx]
         train_y, test_y = y[train_idx], y[test_idx]
     names = arrays.get("class_names")
     return _finish(
-        "tensor_file",
-        train,
-        train_y,
-        test,
-        test_y,
-        _class_names(names, num_classes, where),
-        imbalance_factor,
-        profile,
-        data_seed,
-        n_max,
-        crop_padding,
-        flip,
-        val_per_class,
-        Feeding(in_memory, memory_budget_gb, num_workers),
-        where,
+        name="tensor_file",
+        train=(train, train_y),
+        test=(test, test_y),
+        class_names=_class_names(names, num_classes, where),
+        augment=Augment(crop_padding, flip),
+        cut=cut,
+        feeding=feeding,
+        where=where,
     )
-
-
-# --- data=torchvision ---------------------------------------------------------------------
-
-
-class ReadImage:
-    """An item of a torchvision-style dataset as a tensor: the first element of a tuple, PIL
-    images as uint8 (C, H, W), resized (shorter side) and centre-cropped to ``image_size``."""
-
-    def __init__(self, image_size: int | None = None) -> None:
-        self.image_size = image_size
-
-    def __call__(self, dataset: Any, index: int) -> torch.Tensor:
-        try:
-            item = dataset[index]
-        except Exception as error:  # the dataset's own code: a missing or corrupt file, ...
-            source = ""
-            if hasattr(dataset, "samples") and index < len(dataset.samples):
-                source = f" ({dataset.samples[index][0]})"
-            raise SampleError(
-                f"data.dataset: cannot read sample {index}{source}: {type(error).__name__}: "
-                f"{error}; remove or replace it"
-            ) from None
-        x = item[0] if isinstance(item, (tuple, list)) else item
-        from PIL import Image
-        from torchvision.transforms.v2 import functional as tf
-
-        if self.image_size:
-            x = tf.center_crop(tf.resize(x, self.image_size), self.image_size)
-        if isinstance(x, Image.Image):
-            x = tf.pil_to_tensor(x)
-        x = torch.as_tensor(x)
-        if x.dtype == torch.uint8 and x.dim() == 2:
-            x = x.unsqueeze(0)
-        return x
 
 
 def _instantiate(node: Any, where: str) -> Any:
@@ -456,21 +270,17 @@ def _dataset_labels(dataset: Any, where: str) -> np.ndarray:
     )
 
 
+@long_tail_source()
 def torchvision_lt(
     dataset: Any,
     test: Any = None,
     test_fraction: float = 0.2,
     image_size: int | None = None,
-    imbalance_factor: float | None = None,
-    profile: str = "exp",
-    data_seed: int = 0,
-    n_max: int | None = None,
     crop_padding: int = 4,
     flip: bool = True,
-    val_per_class: int = 0,
-    in_memory: bool | None = None,
-    memory_budget_gb: float | None = None,
-    num_workers: int | None = None,
+    *,
+    cut: LongTailCut,
+    feeding: Feeding,
 ) -> LongTailData:
     """Any torchvision-style dataset class (``dataset._target_`` and its arguments): the training
     set; the test set is the same class with ``test`` merged over those arguments (e.g.
@@ -509,7 +319,7 @@ def torchvision_lt(
                 f"training set's {list(train_classes)[:5]}...; both need the same classes"
             )
     else:
-        train_idx, test_idx = _stratified_split(train_y, test_fraction, data_seed)
+        train_idx, test_idx = _stratified_split(train_y, test_fraction, cut.data_seed)
         test_samples, test_y = train[test_idx], train_y[test_idx]
         train, train_y = train[train_idx], train_y[train_idx]
     num_classes = int(max(train_y.max(), test_y.max() if test_y.size else 0)) + 1
@@ -519,21 +329,14 @@ def torchvision_lt(
     else:
         classes = None
     return _finish(
-        "torchvision",
-        train,
-        train_y,
-        test_samples,
-        test_y,
-        _class_names(classes, num_classes, where),
-        imbalance_factor,
-        profile,
-        data_seed,
-        n_max,
-        crop_padding,
-        flip,
-        val_per_class,
-        Feeding(in_memory, memory_budget_gb, num_workers),
-        where,
+        name="torchvision",
+        train=(train, train_y),
+        test=(test_samples, test_y),
+        class_names=_class_names(classes, num_classes, where),
+        augment=Augment(crop_padding, flip),
+        cut=cut,
+        feeding=feeding,
+        where=where,
     )
 
 
@@ -548,10 +351,3 @@ def _check_sample(samples: Samples, where: str) -> None:
             f"{where}: items must be images or tensors, got {type(sample).__name__}; set the "
             f"dataset's transform so that it returns one"
         )
-
-
-def default_workers(samples: Any) -> int:
-    """DataLoader workers when not configured: none for tensors, up to 4 for decoding."""
-    if isinstance(samples, Samples) and samples.decodes:
-        return min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
-    return 0

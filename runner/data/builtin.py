@@ -1,0 +1,258 @@
+"""The built-in sources: synthetic Gaussian clusters, scikit-learn's digits, CIFAR through
+torchvision, and any image folder tree. Each returns its data cut to a long tail
+(:class:`runner.data.cut.LongTailCut`); images stay uint8 and are standardised one batch at a
+time (:func:`runner.data.batch.to_model_input`)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from runner.data.cut import LongTailCut, long_tail_source
+from runner.data.types import Augment, Feeding, LongTailData
+
+CIFAR_STATS = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+}
+
+
+@long_tail_source(imbalance_factor=100.0, n_max=500)
+def synthetic_lt(
+    num_classes: int = 10,
+    dim: int = 32,
+    test_per_class: int = 100,
+    separation: float = 3.0,
+    noise: float = 1.0,
+    *,
+    cut: LongTailCut,
+    feeding: Feeding,
+) -> LongTailData:
+    """Gaussian class clusters: means drawn at ``separation`` scale, isotropic ``noise``;
+    ``n_max`` training samples of the head class after the validation split."""
+    n_max = cut.n_max
+    if n_max is None:
+        raise ValueError("data.n_max: synthetic_lt generates n_max samples per class; give one")
+    if num_classes < 2 or dim < 1 or test_per_class < 1:
+        raise ValueError("data: num_classes >= 2, dim >= 1 and test_per_class >= 1 are required")
+    for name, value in (("separation", separation), ("noise", noise)):
+        if not (np.isfinite(value) and value >= 0):
+            raise ValueError(f"data.{name} must be a finite number >= 0, got {value}")
+    rng = np.random.RandomState(cut.data_seed)
+    means = rng.randn(num_classes, dim) * separation / np.sqrt(dim) * np.sqrt(2)
+
+    def sample(per_class: int) -> tuple[np.ndarray, np.ndarray]:
+        y = np.repeat(np.arange(num_classes), per_class)
+        return (means[y] + noise * rng.randn(y.size, dim)).astype(np.float32), y
+
+    train_x, train_y = sample(n_max + _held_out(cut, n_max))
+    test_x, test_y = sample(test_per_class)
+    names = [f"class_{c}" for c in range(num_classes)]
+    return cut.apply(
+        name="synthetic_lt",
+        train=(train_x, train_y),
+        test=(test_x, test_y),
+        class_names=names,
+        augment=None,
+        normalize=None,
+        feeding=feeding,
+    )
+
+
+def _held_out(cut: LongTailCut, n_max: int) -> int:
+    """Samples per class to generate beyond ``n_max`` so that ``n_max`` remain after the
+    validation split."""
+    held = 0
+    while (
+        cut.val_fraction and n_max + held - max(1, round(cut.val_fraction * (n_max + held))) < n_max
+    ):
+        held += 1
+    return cut.val_per_class or held
+
+
+@long_tail_source(imbalance_factor=10.0)
+def digits_lt(
+    test_per_class: int = 50,
+    crop_padding: int = 1,
+    *,
+    cut: LongTailCut,
+    feeding: Feeding,
+) -> LongTailData:
+    """scikit-learn's bundled 8x8 digits: a balanced held-out test split, a long-tailed rest."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)[:, None]  # (N, 1, 8, 8) in [0, 1]
+    images = (images - 0.3) / 0.4
+    labels = digits.target.astype(np.int64)
+    rng = np.random.RandomState(cut.data_seed)
+    test = np.concatenate(
+        [rng.permutation(np.flatnonzero(labels == c))[:test_per_class] for c in range(10)]
+    )
+    train = np.setdiff1d(np.arange(labels.size), test)
+    names = [str(c) for c in range(10)]
+    return cut.apply(
+        name="digits_lt",
+        train=(images[train], labels[train]),
+        test=(images[test], labels[test]),
+        class_names=names,
+        augment=Augment(crop_padding, flip=False),
+        normalize=None,
+        feeding=feeding,
+    )
+
+
+@long_tail_source(imbalance_factor=100.0)
+def cifar_lt(
+    variant: str = "cifar10",
+    root: str = "data",
+    download: bool = False,
+    verify: bool = True,
+    *,
+    cut: LongTailCut,
+    feeding: Feeding,
+) -> LongTailData:
+    """CIFAR-10-LT or CIFAR-100-LT (``variant``) through torchvision; downloads only with
+    ``download=True``. ``n_max`` defaults to the full class size (5,000 or 500)."""
+    from torchvision import datasets
+
+    if variant not in CIFAR_STATS:
+        raise ValueError(
+            f"data.variant={variant!r} is unknown; choose one of {sorted(CIFAR_STATS)}"
+        )
+    base = datasets.CIFAR10 if variant == "cifar10" else datasets.CIFAR100
+    folder = Path(root).expanduser() / base.base_folder
+    if not download and not folder.is_dir():
+        raise FileNotFoundError(
+            f"data.root={root!r}: no {variant.upper()} found at {folder}. Run once with "
+            f"data.download=true on a machine with internet access, or copy the python version "
+            f"('{base.base_folder}') there and point data.root at its parent."
+        )
+    # verify=false accepts files whose checksums differ from the official release (small test
+    # files in the same on-disk format, or a local re-export); the reading code is torchvision's.
+    cls = base
+    if not verify:  # torchvision's own checks, with checksums reduced to "the file exists"
+        cls = type(
+            base.__name__,
+            (base,),
+            {
+                "train_list": [[name, None] for name, _ in base.train_list],
+                "test_list": [[name, None] for name, _ in base.test_list],
+                "meta": {**base.meta, "md5": None},
+            },
+        )
+    train = cls(root=str(Path(root).expanduser()), train=True, download=download)
+    test = cls(root=str(Path(root).expanduser()), train=False, download=False)
+    return cut.apply(
+        name=f"{variant}_lt",
+        train=(np.ascontiguousarray(train.data.transpose(0, 3, 1, 2)), np.asarray(train.targets)),
+        test=(np.ascontiguousarray(test.data.transpose(0, 3, 1, 2)), np.asarray(test.targets)),
+        class_names=list(train.classes),
+        augment=Augment(crop_padding=4, flip=True),
+        normalize=CIFAR_STATS[variant],
+        feeding=feeding,
+    )
+
+
+def _class_folders(root: Path) -> list[str]:
+    """The classes: the union of both splits' folders (sorted, so the first is the head); a
+    class missing from, or empty in, either split is an error naming it."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    def images(folder: Path) -> list[Path]:
+        return [p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMG_EXTENSIONS]
+
+    present = {
+        split: {d.name for d in (root / split).iterdir() if d.is_dir() and images(d)}
+        for split in ("train", "test")
+    }
+    classes = sorted(present["train"] | present["test"])
+    for split in ("train", "test"):
+        missing = [c for c in classes if c not in present[split]]
+        if missing:
+            raise ValueError(
+                f"data.root={str(root)!r}: class(es) {missing} have no images in {split}/; "
+                f"every class needs a folder with images in both train/ and test/"
+            )
+    return classes
+
+
+def _decode_folder(root: Path, cache_dir: Path) -> dict[str, object]:
+    """Decode ``root/{train,test}/<class>/*`` once into uint8 tensors; later calls read the cache."""
+    from torchvision import datasets
+    from torchvision.io import ImageReadMode, decode_image
+
+    classes = _class_folders(root)
+    listing = sorted(
+        str(p.relative_to(root)) + f":{p.stat().st_size}" for p in root.rglob("*") if p.is_file()
+    )
+    key = hashlib.sha256("\n".join([str(root.resolve()), *listing]).encode()).hexdigest()[:16]
+    cache = cache_dir / f"image_folder-{key}.pt"
+    if cache.exists():
+        return torch.load(cache)
+
+    class UnionOfSplits(datasets.ImageFolder):
+        def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
+            return classes, {c: i for i, c in enumerate(classes)}
+
+    decoded: dict[str, object] = {"classes": classes}
+    shape = None
+    for split in ("train", "test"):
+        folder = UnionOfSplits(str(root / split))
+        images = []
+        for path, _ in folder.samples:
+            try:
+                image = decode_image(path, mode=ImageReadMode.RGB)
+            except (RuntimeError, ValueError) as error:
+                raise ValueError(
+                    f"data.root: cannot decode {path} ({error}); remove or replace the file"
+                ) from None
+            if shape is None:
+                shape = tuple(image.shape)
+            elif tuple(image.shape) != shape:
+                raise ValueError(
+                    f"data.root: {path} is {image.shape[2]}x{image.shape[1]}, the first image was "
+                    f"{shape[2]}x{shape[1]}; resize the images to one size"
+                )
+            images.append(image)
+        decoded[f"{split}_x"] = torch.stack(images)
+        decoded[f"{split}_y"] = torch.tensor(folder.targets)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(decoded, cache)
+    return decoded
+
+
+@long_tail_source(imbalance_factor=100.0)
+def image_folder_lt(
+    root: str,
+    cache_dir: str = "data/cache",
+    crop_padding: int = 4,
+    flip: bool = True,
+    *,
+    cut: LongTailCut,
+    feeding: Feeding,
+) -> LongTailData:
+    """Any ``root/{train,test}/<class>/*`` tree (torchvision ImageFolder layout; classes in sorted
+    folder order, so the first folder is the head class). Images must share one size."""
+    path = Path(root).expanduser()
+    for split in ("train", "test"):
+        if not (path / split).is_dir():
+            raise FileNotFoundError(
+                f"data.root={root!r}: expected folders {path}/train/<class>/ and {path}/test/<class>/"
+            )
+    decoded = _decode_folder(path, Path(cache_dir).expanduser())
+    train_x, test_x = decoded["train_x"], decoded["test_x"]
+    mean = (train_x.double() / 255).mean(dim=(0, 2, 3)).tolist()
+    std = (train_x.double() / 255).std(dim=(0, 2, 3)).tolist()
+    return cut.apply(
+        name="image_folder_lt",
+        train=(train_x.numpy(), decoded["train_y"].numpy()),
+        test=(test_x.numpy(), decoded["test_y"].numpy()),
+        class_names=list(decoded["classes"]),
+        augment=Augment(crop_padding, flip),
+        normalize=(mean, std),
+        feeding=feeding,
+    )
