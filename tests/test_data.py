@@ -174,6 +174,7 @@ def test_a_validation_fraction_is_a_stratified_share_of_every_class_outside_trai
     x[:, 0] = np.arange(y.size)  # each sample's row, to tell the splits apart
     path = Path(tempfile.mkdtemp()) / "features.npz"
     np.savez(path, x=x, y=y)
+
     def rows(samples) -> set[int]:
         return set(samples.__getitems__(list(range(len(samples))))[:, 0].long().tolist())
 
@@ -192,4 +193,6 @@ def test_a_validation_fraction_is_a_stratified_share_of_every_class_outside_trai
 def test_synthetic_data_keeps_its_head_class_size_with_a_validation_fraction():
     ds = data.synthetic_lt(n_max=100, val_fraction=0.25, imbalance_factor=10)
     assert int(ds.train_counts[0]) == 100 and ds.val_y is not None
-    assert torch.bincount(ds.val_y).tolist() == [round(0.25 * 133)] * 10  # 133 generated: 100 left after it
+    assert (
+        torch.bincount(ds.val_y).tolist() == [round(0.25 * 133)] * 10
+    )  # 133 generated: 100 left after it
