@@ -37,7 +37,7 @@ from collections.abc import Callable
 import torch
 from torch.nn import functional as F
 
-from runner.config import TrainerConfig
+from runner.config import trainer_config
 from runner.data import Augment, augment_batch
 from runner.feeding import Feed
 from runner.fit import train_epoch
@@ -110,7 +110,7 @@ def _loop_and_bare(
     x, y = _images(n)
     feed = Feed(x, device, CIFAR_NORMALIZE)
     sampler = UniformSampler(y, seed=0)
-    cfg = TrainerConfig(epochs=10**6, batch_size=BATCH, warmup_epochs=1)
+    cfg = trainer_config(epochs=10**6, batch_size=BATCH, warmup_epochs=1)
     torch.manual_seed(0)
     state = build_state(make().to(device), sampler, cfg, seed=0)
     loss_fn = ClassWeightedLoss(torch.bincount(y), None, epochs=cfg.epochs, weights=None)

@@ -16,7 +16,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from runner.config import check_targets, register
+from runner.checks import check_targets
+from runner.config import register
 from runner.errors import UserError, exit_with, explain, is_user_error
 from runner.signals import Interrupted, stop_on_signals
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from runner.config import check_objective
+from runner.checks import check_objective
 from runner.distributed import command, from_main, is_main
 from runner.fit import checkpoint_payload, fit
 from runner.parts import Parts, Progress, active_sweeper, build_parts, checkpoint_path, choices

@@ -18,7 +18,8 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from runner.config import SUPPLIED, check_targets
+from runner.checks import check_targets
+from runner.config import SUPPLIED
 from runner.data import LongTailData
 from runner.distributed import check_batch_size, data_parallel
 from runner.errors import UserError

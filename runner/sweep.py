@@ -81,7 +81,7 @@ def start(config: DictConfig) -> tuple[str, str]:
     turn a callback's exception into a warning)."""
     from mlflow.tracking import MlflowClient
 
-    from runner.config import check_objective
+    from runner.checks import check_objective
     from runner.distributed import launched
     from runner.stores import prepare_store, resolve_uri
 

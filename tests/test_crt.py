@@ -11,7 +11,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from runner.config import TrainerConfig
+from runner.config import trainer_config
 from runner.fit import train_epoch
 from runner.losses import ClassWeightedLoss
 from runner.models import MLP, ResNet32, SmallCNN
@@ -24,8 +24,8 @@ Y = torch.tensor([0] * 60 + [1] * 24 + [2] * 12)  # long-tailed: 60 / 24 / 12
 
 def _fresh(classifier_epochs: int = 2):
     torch.manual_seed(0)
-    cfg = OmegaConf.structured(
-        TrainerConfig(epochs=1, batch_size=16, warmup_epochs=0, classifier_epochs=classifier_epochs)
+    cfg = trainer_config(
+        epochs=1, batch_size=16, warmup_epochs=0, classifier_epochs=classifier_epochs
     )
     sampler = DeferredSampler(Y, switch_epoch=1, seed=4)
     state = build_state(SmallCNN((3, 8, 8), 3, width=8), sampler, cfg, seed=0)

@@ -241,9 +241,8 @@ def test_in_memory_and_dataloader_paths_give_identical_metrics(tmp_path, migrate
 
 
 def test_the_dataloader_path_resumes_mid_epoch_exactly():
-    from omegaconf import OmegaConf
 
-    from runner.config import TrainerConfig
+    from runner.config import trainer_config
     from runner.fit import train_epoch
     from runner.losses import ClassWeightedLoss
     from runner.models import SmallCNN
@@ -253,7 +252,7 @@ def test_the_dataloader_path_resumes_mid_epoch_exactly():
     x = torch.randint(0, 256, (96, 3, 6, 6), generator=g, dtype=torch.uint8)
     y = torch.arange(96) % 3
     norm = ([0.5] * 3, [0.25] * 3)
-    cfg = OmegaConf.structured(TrainerConfig(epochs=2, batch_size=16, warmup_epochs=0))
+    cfg = trainer_config(epochs=2, batch_size=16, warmup_epochs=0)
     augment = data_module.Augment(crop_padding=1, flip=True)
 
     def fresh():
@@ -437,7 +436,7 @@ def test_the_readme_commands_for_your_data_compose():
     """Every command of README's "Your data" composes and names only parameters its target takes."""
     import shlex
 
-    from runner.config import check_targets
+    from runner.checks import check_targets
     from tests.conftest import ROOT
 
     section = (ROOT / "README.md").read_text().split("## Your data", 1)[1].split("\n## ", 1)[0]

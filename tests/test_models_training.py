@@ -48,9 +48,8 @@ def test_short_training_beats_chance(model, data, floor, tracking_uri):
 
 
 def test_train_epoch_gathers_batches_in_sampler_order_and_feeds_losses_back():
-    from omegaconf import OmegaConf
 
-    from runner.config import TrainerConfig
+    from runner.config import trainer_config
     from runner.fit import train_epoch
     from runner.losses import ClassWeightedLoss
     from runner.state import build_state
@@ -59,7 +58,7 @@ def test_train_epoch_gathers_batches_in_sampler_order_and_feeds_losses_back():
     torch.manual_seed(0)
     x, y = torch.randn(129, 3, 8, 8), torch.arange(129) % 3
     sampler = HardMinedSampler(y, seed=1, replacement=False)  # 129 = 128 + a batch of one
-    cfg = OmegaConf.structured(TrainerConfig(epochs=2, batch_size=128, warmup_epochs=0))
+    cfg = trainer_config(epochs=2, batch_size=128, warmup_epochs=0)
     state = build_state(SmallCNN((3, 8, 8), 3, width=8), sampler, cfg, seed=0)
     loss_fn = ClassWeightedLoss(torch.bincount(y), None, epochs=2, weights=None)
     result = train_epoch(state, x, y, loss_fn, 128, augment=None)
@@ -74,9 +73,7 @@ def test_train_state_round_trip_resumes_exactly():
     """Everything the loop needs lives in TrainState: a restored state trains on identically."""
     import copy
 
-    from omegaconf import OmegaConf
-
-    from runner.config import TrainerConfig
+    from runner.config import trainer_config
     from runner.data import Augment
     from runner.fit import train_epoch
     from runner.losses import ClassWeightedLoss
@@ -87,7 +84,7 @@ def test_train_state_round_trip_resumes_exactly():
         torch.randn(200, 3, 8, 8, generator=torch.Generator().manual_seed(0)),
         torch.arange(200) % 4,
     )
-    cfg = OmegaConf.structured(TrainerConfig(epochs=3, batch_size=32, warmup_epochs=1))
+    cfg = trainer_config(epochs=3, batch_size=32, warmup_epochs=1)
 
     def fresh():
         torch.manual_seed(0)

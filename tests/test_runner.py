@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf.errors import OmegaConfBaseException
 
 from runner.app import run
-from runner.config import check_targets
+from runner.checks import check_targets
 from tests.conftest import ROOT, compose_config
 
 GROUPS = ("data", "model", "sampler", "loss", "trainer", "tracking")

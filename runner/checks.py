@@ -1,0 +1,200 @@
+"""The config checked at the boundary, before any work: the built groups' targets and their
+parameters, every trainer/eval/tracking value against its constraint, and the objective.
+
+A value's constraint is one row of :data:`CONSTRAINTS` checked by :func:`check_scalar`
+(scikit-learn's ``check_scalar``, for config keys): the message names the key, the value and
+what would do.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.utils import get_method
+from omegaconf import DictConfig, OmegaConf
+
+from runner.config import BASIC_SWEEPER, HEADLINE, OBJECTIVE_SPLITS, SUPPLIED
+from runner.errors import UserError
+
+SCHEDULES = ("cosine", "step", "constant")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def config_error(key: str, message: str) -> UserError:
+    return UserError(f"config error at '{key}': {message}")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """``key`` holds a ``kind`` (int or float; finite) within [``low``, ``high``]; ``low`` and
+    ``high`` may name another key. ``open_low`` / ``open_high`` exclude the bound itself,
+    ``nullable`` allows null, ``example`` tells what a sensible value is."""
+
+    key: str
+    kind: type
+    low: float | str | None = None
+    high: float | str | None = None
+    open_low: bool = False
+    open_high: bool = False
+    nullable: bool = False
+    example: str = ""
+
+
+CONSTRAINTS = (
+    Constraint("trainer.epochs", int, low=1),
+    Constraint("trainer.batch_size", int, low=1),
+    Constraint("trainer.eval_every", int, low=1),
+    Constraint("trainer.eval_batch_size", int, low=1),
+    Constraint("trainer.warmup_epochs", int, low=0, high="trainer.epochs"),
+    Constraint("trainer.threads", int, low=0, example="0: torch's default"),
+    Constraint("trainer.classifier_epochs", int, low=0),
+    Constraint("trainer.checkpoint_every", int, low=0, example="0: only when stopped"),
+    Constraint("trainer.lr", float, low=0, open_low=True, example="e.g. 0.1"),
+    Constraint(
+        "trainer.classifier_lr",
+        float,
+        low=0,
+        open_low=True,
+        nullable=True,
+        example="null: trainer.lr",
+    ),
+    Constraint("trainer.momentum", float, low=0, high=1, open_high=True, example="e.g. 0.9"),
+    Constraint("trainer.weight_decay", float, low=0, example="e.g. 5e-4"),
+    Constraint("trainer.gamma", float, low=0, open_low=True, example="the lr decay factor"),
+    Constraint("tracking.retries", int, low=0),
+    Constraint("tracking.request_timeout", int, low=1, example="seconds per attempt"),
+    Constraint("eval.many_shot", int, low=0),
+    Constraint("eval.few_shot", int, low=0, high="eval.many_shot"),
+)
+CHOICES = {"trainer.schedule": SCHEDULES, "trainer.device": DEVICES}
+
+
+def check_scalar(cfg: DictConfig, rule: Constraint) -> None:
+    """Raise a :class:`UserError` naming ``rule.key`` unless its value in ``cfg`` obeys ``rule``."""
+    value = OmegaConf.select(cfg, rule.key)
+    if value is None and rule.nullable:
+        return
+    bounds = {
+        side: OmegaConf.select(cfg, bound) if isinstance(bound, str) else bound
+        for side, bound in (("low", rule.low), ("high", rule.high))
+    }
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = number and math.isfinite(value) and (rule.kind is float or isinstance(value, int))
+    low, high = bounds["low"], bounds["high"]
+    if ok and low is not None:
+        ok = value > low if rule.open_low else value >= low
+    if ok and high is not None:
+        ok = value < high if rule.open_high else value <= high
+    if ok:
+        return
+    left = "(" if rule.open_low else "["
+    right = ")" if rule.open_high else "]"
+    shown = {
+        side: f"{bound}={bounds[side]}" if isinstance(bound, str) else bound
+        for side, bound in (("low", rule.low), ("high", rule.high))
+    }
+    span = f"{left}{shown['low'] if low is not None else '-inf'}, {shown['high'] if high is not None else 'inf'}{right}"
+    what = "a finite number" if rule.kind is float else "an integer"
+    extra = f" ({rule.example})" if rule.example else ""
+    raise config_error(rule.key, f"must be {what} in {span}{extra}, got {value!r}")
+
+
+def accepted_parameters(target: Any) -> set[str]:
+    """Keyword parameters ``target`` accepts; a class that forwards ``**kwargs`` to its base
+    (every sampler strategy) also accepts the base's, up to the first class that does not."""
+    classes = (
+        [c for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else []
+    )
+    signatures = [inspect.signature(c.__init__) for c in classes] or [inspect.signature(target)]
+    names: set[str] = set()
+    for signature in signatures:
+        kinds = {p.kind for p in signature.parameters.values()}
+        names |= {
+            n
+            for n, p in signature.parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        } - {"self"}
+        if inspect.Parameter.VAR_KEYWORD not in kinds:
+            break
+    return names
+
+
+def check_targets(cfg: DictConfig) -> None:
+    """Every built group names an importable ``_target_`` and only parameters it accepts, and
+    every trainer, eval and tracking value obeys its constraint."""
+    for group, supplied in SUPPLIED.items():
+        node = cfg[group]
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            raise config_error(group, f"choose one with {group}=<name> (see conf/{group}/)")
+        try:
+            target = get_method(node._target_)
+        except Exception as err:  # hydra raises ImportError or ValueError variants
+            raise config_error(
+                f"{group}._target_", f"cannot import {node._target_!r} ({err})"
+            ) from None
+        known = accepted_parameters(target)
+        for key in node:
+            if str(key).startswith("_"):
+                continue
+            if key in supplied:
+                raise config_error(
+                    f"{group}.{key}", "is set by the runner; remove it from the config"
+                )
+            if key not in known:
+                raise config_error(
+                    f"{group}.{key}",
+                    f"unknown parameter of {node._target_}; known: {sorted(known - supplied)}",
+                )
+    for key, options in CHOICES.items():
+        if OmegaConf.select(cfg, key) not in options:
+            raise config_error(
+                key, f"{OmegaConf.select(cfg, key)!r} is unknown; choose one of {options}"
+            )
+    for rule in CONSTRAINTS:
+        check_scalar(cfg, rule)
+    if cfg.trainer.classifier_epochs and not hasattr(get_method(cfg.model._target_), "classifier"):
+        raise config_error(
+            "trainer.classifier_epochs",
+            f"{cfg.model._target_} has no 'classifier' to retrain; use a runner.models model or 0",
+        )
+    if not str(cfg.tracking.experiment or "").strip():
+        raise config_error(
+            "tracking.experiment", "is empty; name an MLflow experiment (default: samplerlab)"
+        )
+
+
+def has_validation_split(cfg: DictConfig) -> bool:
+    data = cfg.data
+    return bool(data.get("val_per_class") or data.get("val_fraction"))
+
+
+def check_objective(cfg: DictConfig, sweeper: str | None = None) -> None:
+    """``objective`` names a headline metric on a split; under an optimising sweeper (``sweeper``,
+    the target of ``hydra.sweeper``, anything but Hydra's basic one) it must not select on the
+    test set unless ``objective_on_test`` says so, and a validation objective needs a split."""
+    split, _, metric = str(cfg.objective).partition("/")
+    if split not in OBJECTIVE_SPLITS or metric not in HEADLINE:
+        raise config_error(
+            "objective",
+            f"{cfg.objective!r} is not a metric of a run; use <split>/<metric> with split in "
+            f"{OBJECTIVE_SPLITS} and metric in {HEADLINE} (default val/balanced_accuracy)",
+        )
+    if sweeper is None or sweeper == BASIC_SWEEPER:
+        return
+    name = sweeper.rsplit(".", 1)[-1]
+    if split != "val" and not cfg.objective_on_test:
+        raise UserError(
+            f"objective={cfg.objective}: the {name} sweeper would select on the test set\n"
+            "use objective=val/<metric> with a validation split (data.val_per_class=N or "
+            "data.val_fraction=F), or set objective_on_test=true knowingly"
+        )
+    if split == "val" and not has_validation_split(cfg):
+        raise UserError(
+            f"objective={cfg.objective}: the {name} sweeper needs a validation split, and "
+            f"data={cfg.data._target_.rsplit('.', 1)[-1]} has none\n"
+            "set data.val_per_class=N (N images of every class) or data.val_fraction=F (a share "
+            "of every class)"
+        )
