@@ -108,7 +108,9 @@ def accepted_parameters(target: Any) -> set[str]:
     classes = (
         [c for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else []
     )
-    signatures = [inspect.signature(c.__init__) for c in classes] or [inspect.signature(target)]
+    signatures = [inspect.signature(vars(c)["__init__"]) for c in classes] or [
+        inspect.signature(target)
+    ]
     names: set[str] = set()
     for signature in signatures:
         kinds = {p.kind for p in signature.parameters.values()}
@@ -145,7 +147,7 @@ def check_targets(cfg: DictConfig) -> None:
                 )
             if key not in known:
                 raise config_error(
-                    f"{group}.{key}",
+                    f"{group}.{key!s}",
                     f"unknown parameter of {node._target_}; known: {sorted(known - supplied)}",
                 )
     for key, options in CHOICES.items():

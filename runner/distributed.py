@@ -27,7 +27,7 @@ import datetime
 import logging
 import os
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -84,7 +84,7 @@ def process_group(device: str) -> Iterator[None]:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     # Ranks must notice a dead peer, not wait torch's default 30 minutes on a collective.
     dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(minutes=5))
-    _control.append(dist.new_group(backend="gloo") if cuda else None)
+    _control.append(cast(dist.ProcessGroup, dist.new_group(backend="gloo")) if cuda else None)
     try:
         with contextlib.ExitStack() as quiet, agreeing(_vote):
             if dist.get_rank() != 0:  # one console report, rank 0's
@@ -111,7 +111,7 @@ def from_main(compute: Callable[[], T], portable: Callable[[T], object] = lambda
     single process, just ``compute()``."""
     if not _joined():
         return compute()
-    outcome: list[object] = [None]
+    outcome: list[Any] = [None]
     if dist.get_rank() == 0:
         try:
             result = compute()
@@ -119,10 +119,10 @@ def from_main(compute: Callable[[], T], portable: Callable[[T], object] = lambda
         except Exception as error:
             outcome[0] = (False, error)
     dist.broadcast_object_list(outcome, src=0, group=_control[-1])
-    ok, value = outcome[0]  # type: ignore[misc]
+    ok, value = outcome[0]
     if not ok:
-        raise value  # type: ignore[misc]
-    return result if dist.get_rank() == 0 else value  # type: ignore[return-value]
+        raise value
+    return result if dist.get_rank() == 0 else cast(T, value)
 
 
 def check_batch_size(batch_size: int) -> None:

@@ -62,7 +62,8 @@ class Evaluation:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Evaluation:
-        return cls(**{k: v.numpy() if torch.is_tensor(v) else v for k, v in state.items()})
+        values = {k: v.numpy() if torch.is_tensor(v) else v for k, v in state.items()}
+        return cls(**values)  # type: ignore[arg-type]  # the fields of a state_dict() of this class
 
 
 def shot_groups(train_counts: np.ndarray, many_shot: int, few_shot: int) -> dict[str, np.ndarray]:

@@ -78,7 +78,7 @@ def _splits(data: LongTailData) -> dict[str, Any]:
     }
 
 
-def _as_is(batch: torch.Tensor) -> torch.Tensor:
+def _as_is(batch: Any) -> Any:
     """Collate: :meth:`Samples.__getitems__` returns the stacked batch already."""
     return batch
 
@@ -97,14 +97,14 @@ def materialise(samples: Samples, num_workers: int | None) -> torch.Tensor:
         return samples.__getitems__(range(len(samples)))
     out = torch.empty(samples.shape, dtype=samples.dtype)
     plan = [
-        range(i, min(i + MATERIALISE_BATCH, len(samples)))
+        list(range(i, min(i + MATERIALISE_BATCH, len(samples))))
         for i in range(0, len(samples), MATERIALISE_BATCH)
     ]
     workers = default_workers(samples) if num_workers is None else num_workers
     loader = DataLoader(samples, batch_sampler=plan, num_workers=workers, collate_fn=_as_is)
     try:
         for chunk, batch in zip(plan, loader, strict=True):
-            out[chunk.start : chunk.stop] = batch
+            out[chunk[0] : chunk[-1] + 1] = batch
     except SampleError as error:
         raise _user_error(error) from None
     return out
@@ -130,6 +130,7 @@ def place(data: LongTailData, device: torch.device) -> LongTailData:
         "in memory" if in_memory else "through a DataLoader",
         why,
     )
+    placed: dict[str, Any]
     if in_memory:
         placed = {
             name: x if torch.is_tensor(x) else materialise(x, feeding.num_workers)
@@ -166,7 +167,10 @@ class Feed:
         return self.memory is not None
 
     def __len__(self) -> int:
-        return len(self.memory) if self.memory is not None else len(self.samples)
+        if self.memory is not None:
+            return len(self.memory)
+        assert self.samples is not None
+        return len(self.samples)
 
     def batches(
         self, order: torch.Tensor, per_batch: int, start: int = 0
@@ -181,6 +185,7 @@ class Feed:
         yield from self._read(plan)
 
     def _read(self, plan: list[Any]) -> Iterator[torch.Tensor]:
+        assert self.samples is not None
         loader = DataLoader(
             self.samples,
             batch_sampler=plan,
@@ -208,6 +213,7 @@ class Feed:
             from runner.evaluation import predict
 
             return predict(model, self.memory, batch_size)
+        chunks: Iterator[torch.Tensor]
         if self.memory is not None:  # slices, in the same chunks as the DataLoader's
             chunks = (to_model_input(c, self.normalize) for c in self.memory.split(batch_size))
         else:

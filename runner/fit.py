@@ -92,6 +92,7 @@ def train_epoch(
         state.batch = 0
         state.epoch_losses = torch.zeros(delivered.numel(), device=device)
         state.epoch_loss_sum = torch.zeros((), device=device)
+    assert state.epoch_losses is not None and state.epoch_loss_sum is not None
     losses = state.epoch_losses = state.epoch_losses.to(device)
     loss_sum = state.epoch_loss_sum = state.epoch_loss_sum.to(device)
     check_every = 1 if device.type == "cpu" else _CHECK_EVERY
@@ -143,6 +144,7 @@ def _check_finite(state: TrainState, losses_so_far: torch.Tensor, per_batch: int
     """Raise :class:`Diverged` naming the first batch whose loss is not finite. Under torchrun
     the ranks check the sum over all of them, so that every rank stops at the same batch."""
     loss_sum = state.epoch_loss_sum
+    assert loss_sum is not None  # an epoch is under way
     if state.parallel is not None:
         loss_sum = state.parallel.total(loss_sum)
     if bool(torch.isfinite(loss_sum)):
@@ -249,7 +251,7 @@ def fit(
                     metrics.update(evaluation.metrics(names, "stage1"))
                 progress.latest = evaluation
                 score = evaluation.balanced_accuracy
-                if val_x is not None:  # the honest choice of the best epoch
+                if val_x is not None and data.val_y is not None:  # the honest best epoch
                     validation = _evaluate(cfg, parts, val_x, data.val_y.numpy())
                     metrics.update(validation.metrics(names, "val"))
                     progress.latest_val = validation

@@ -173,6 +173,8 @@ class LDAMLoss(ClassWeightedLoss):
         )
         self.scale = scale
 
+    margins: torch.Tensor
+
     def adjust(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         margin = torch.zeros_like(logits).scatter_(1, targets[:, None], self.margins[targets, None])
         return self.scale * (logits - margin)
@@ -209,6 +211,8 @@ class LogitAdjustedLoss(ClassWeightedLoss):
             "offsets", (tau * (counts / counts.sum()).log()).float(), persistent=False
         )
         self.tau = tau
+
+    offsets: torch.Tensor
 
     def adjust(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return logits + self.offsets

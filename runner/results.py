@@ -25,6 +25,7 @@ def _figures(parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
 
     names, counts = parts.data.class_names, parts.data.train_counts.numpy()
     final = progress.latest
+    assert final is not None  # the last epoch always evaluates
     makers = {
         "confusion_matrix.png": lambda: plots.confusion_matrix_figure(
             final.confusion, names, title

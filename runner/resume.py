@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
@@ -34,7 +34,10 @@ def resume_target(cfg: DictConfig, uri: str) -> tuple[DictConfig, PreviousRun | 
             f"resume={cfg.resume!r} continues the run with its own config, but got {' '.join(extra)}\n"
             "drop those overrides, or start a new run without resume"
         )
-    saved = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.create(previous.config))
+    saved = cast(
+        DictConfig,
+        OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.create(previous.config)),
+    )
     for key in RUNTIME_KEYS:
         OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
     return saved, previous
@@ -43,7 +46,7 @@ def resume_target(cfg: DictConfig, uri: str) -> tuple[DictConfig, PreviousRun | 
 def without_client(
     target: tuple[DictConfig, PreviousRun | None],
 ) -> tuple[DictConfig, PreviousRun | None]:
-    """What ranks other than 0 receive of :func:`_resume_target`: they never read MLflow."""
+    """What ranks other than 0 receive of :func:`resume_target`: they never read MLflow."""
     cfg, previous = target
     return cfg, dataclasses.replace(previous, client=None) if previous is not None else None
 
@@ -57,7 +60,7 @@ def saved_checkpoint(previous: PreviousRun) -> dict[str, Any] | None:
 class PreviousRun:
     """A run to continue (or, FINISHED, to skip), as found by :func:`previous_run`."""
 
-    client: MlflowClient
+    client: MlflowClient | None  # None on the ranks that never read MLflow
     run_id: str
     status: str
     via_parent: bool  # found as a sweep parent's child with the same config
@@ -68,6 +71,7 @@ class PreviousRun:
     def config(self) -> str:
         """The resolved config the run was started with (its ``config.yaml``)."""
         with tempfile.TemporaryDirectory() as tmp:
+            assert self.client is not None, "read on the rank that reads MLflow"
             try:
                 path = self.client.download_artifacts(self.run_id, "config.yaml", tmp)
             except Exception as error:
@@ -86,6 +90,7 @@ class PreviousRun:
             yield local
             return
         with tempfile.TemporaryDirectory(prefix="samplerlab-resume-") as folder:
+            assert self.client is not None, "read on the rank that reads MLflow"
             try:
                 path = self.client.download_artifacts(
                     self.run_id, "checkpoint/checkpoint.pt", folder

@@ -55,9 +55,10 @@ class TrainState:
         return self.parallel.world_size if self.parallel is not None else 1
 
     def state_dict(self) -> dict[str, Any]:
-        partial = self.batch > 0 and self.epoch_losses is not None
         losses, loss_sum = self.epoch_losses, self.epoch_loss_sum
+        partial = self.batch > 0 and losses is not None and loss_sum is not None
         if partial and self.parallel is not None:
+            assert losses is not None and loss_sum is not None
             losses, loss_sum = self.parallel.gather(losses), self.parallel.total(loss_sum)
         return {
             "model": self.model.state_dict(),
@@ -71,8 +72,8 @@ class TrainState:
             "world_size": self.world_size,
             "epoch": self.epoch,
             "batch": self.batch,
-            "epoch_losses": losses.cpu() if partial else None,
-            "epoch_loss_sum": loss_sum.cpu() if partial else None,
+            "epoch_losses": losses.cpu() if partial and losses is not None else None,
+            "epoch_loss_sum": loss_sum.cpu() if partial and loss_sum is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -216,10 +217,12 @@ def start_classifier_stage(state: TrainState) -> None:
     ``reset_parameters`` (torch's default for a linear layer)."""
     cfg, model = state.config, state.model
     classifier = model.classifier
+    assert isinstance(classifier, torch.nn.Module), "cRT needs model.classifier, a module"
     model.requires_grad_(False)
     for layer in classifier.modules():
-        if hasattr(layer, "reset_parameters"):
-            layer.reset_parameters()
+        reset = getattr(layer, "reset_parameters", None)
+        if callable(reset):
+            reset()
     classifier.requires_grad_(True)
     if state.parallel is not None:  # DDP reduces the gradients of what trained when it was built
         state.parallel = DataParallel(model, state.parallel.device)

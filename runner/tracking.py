@@ -208,11 +208,11 @@ class Tracker:
         so rows that a lost store may or may not have taken can be sent again."""
         for start in range(0, len(rows), 1000):
             chunk = [Metric(*row) for row in rows[start : start + 1000]]
-            self._call(
-                f"logging metrics at step {rows[start][3]}",
-                lambda chunk=chunk: self.client.log_batch(self.run_id, metrics=chunk),
-                rows[start:],
-            )
+
+            def send(chunk: list[Metric] = chunk) -> None:
+                self.client.log_batch(self.run_id, metrics=chunk)
+
+            self._call(f"logging metrics at step {rows[start][3]}", send, rows[start:])
 
     def last_step(self, key: str) -> int | None:
         """The highest step logged for metric ``key`` (None when it has none)."""

@@ -9,7 +9,9 @@ import torch
 from runner.data.types import Augment, Normalize
 
 
-def to_model_input(x: torch.Tensor, normalize: Normalize | None) -> torch.Tensor:
+def to_model_input(
+    x: torch.Tensor, normalize: Normalize | tuple[torch.Tensor, ...] | None
+) -> torch.Tensor:
     """One batch as the model takes it: uint8 images standardised per channel, in float32
     (the same operations, in the same order, whichever path the batch came by)."""
     if normalize is not None:  # sequences, or float32 tensors already on x's device

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -180,7 +181,7 @@ def _class_folders(root: Path) -> list[str]:
     return classes
 
 
-def _decode_folder(root: Path, cache_dir: Path) -> dict[str, object]:
+def _decode_folder(root: Path, cache_dir: Path) -> dict[str, Any]:
     """Decode ``root/{train,test}/<class>/*`` once into uint8 tensors; later calls read the cache."""
     from torchvision import datasets
     from torchvision.io import ImageReadMode, decode_image
@@ -198,7 +199,7 @@ def _decode_folder(root: Path, cache_dir: Path) -> dict[str, object]:
         def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
             return classes, {c: i for i, c in enumerate(classes)}
 
-    decoded: dict[str, object] = {"classes": classes}
+    decoded: dict[str, Any] = {"classes": classes}
     shape = None
     for split in ("train", "test"):
         folder = UnionOfSplits(str(root / split))

@@ -53,7 +53,7 @@ class Samples(Dataset):
             return self.__getitems__([int(key)])[0]
         return Samples(self.base, self.indices[key], self.read)
 
-    def __getitems__(self, positions: Sequence[int]) -> torch.Tensor:
+    def __getitems__(self, positions: Sequence[int] | np.ndarray) -> torch.Tensor:
         rows = self.indices[np.asarray(positions, dtype=np.int64)]
         if self.read is None:  # a tensor: one gather
             return self.base.index_select(0, torch.from_numpy(rows))
