@@ -1,0 +1,39 @@
+"""MkDocs hook: the API pages are the ``api/<module>.md`` entries of ``nav`` in mkdocs.yml.
+
+Each such entry without a file of its own becomes a generated page holding ``::: <module>``,
+which mkdocstrings renders from the module's docstrings. The list of documented modules is
+therefore the nav alone: to document another module, or follow one that moved, edit that line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+PREFIX = "api/"
+
+
+def nav_paths(nav: Any) -> Iterator[str]:
+    """Every page path named in a nav (strings, ``{title: path}`` and nested sections)."""
+    items = nav if isinstance(nav, list) else [nav]
+    for item in items:
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            for value in item.values():
+                yield from nav_paths(value)
+
+
+def on_files(files: Files, config: Any) -> Files:
+    for path in nav_paths(config["nav"] or []):
+        if (
+            path.startswith(PREFIX)
+            and path.endswith(".md")
+            and files.get_file_from_path(path) is None
+        ):
+            module = path[len(PREFIX) : -len(".md")]
+            page = f"# `{module}`\n\n::: {module}\n"
+            files.append(File.generated(config, path, content=page))
+    return files
