@@ -3,16 +3,21 @@
 Each such entry without a file of its own becomes a generated page holding ``::: <module>``,
 which mkdocstrings renders from the module's docstrings. The list of documented modules is
 therefore the nav alone: to document another module, or follow one that moved, edit that line.
+
+The docstrings name objects with Sphinx roles (``:class:`Tracker```); the Google-style parser
+keeps the role as text before the code, so the pages drop it and show the code alone.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from mkdocs.structure.files import File, Files
 
 PREFIX = "api/"
+ROLE = re.compile(r":(?:py:)?(?:attr|class|data|exc|func|meth|mod|obj):(?=<code>)")
 
 
 def nav_paths(nav: Any) -> Iterator[str]:
@@ -37,3 +42,7 @@ def on_files(files: Files, config: Any) -> Files:
             page = f"# `{module}`\n\n::: {module}\n"
             files.append(File.generated(config, path, content=page))
     return files
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
+    return ROLE.sub("", html) if page.file.src_uri.startswith(PREFIX) else html
