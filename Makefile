@@ -14,7 +14,7 @@ NPROC  ?= 2
 SAMPLERS ?= uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture
 VAL      ?= 20
 
-.PHONY: help install install-frameworks install-browser install-server run sweep study advise paper ddp test lint bench bench-race tables report ui server gpu-check clean
+.PHONY: help install install-frameworks install-browser install-server run sweep study advise paper ddp test lint docs bench bench-race tables report ui server gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -67,6 +67,9 @@ test: install install-frameworks install-browser install-server  ## the test sui
 lint: install  ## ruff lint and format check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+docs: install  ## the manual (mkdocs.yml, docs/): mkdocs build --strict into site/, offline
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: install  ## sampler speed vs torch and pytorch-metric-learning; the DataLoader path vs shuffle=True; the loop vs the bare train step
 	$(PY) -m experiments.bench

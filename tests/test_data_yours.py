@@ -432,15 +432,15 @@ def cli_cases(tmp: Path) -> list[tuple[list[str], str]]:
     ]
 
 
-def test_the_readme_commands_for_your_data_compose():
-    """Every command of README's "Your data" composes and names only parameters its target takes."""
+def test_the_docs_commands_for_your_data_compose():
+    """Every command of docs/your-data.md composes and names only parameters its target takes."""
     import shlex
 
     from runner.checks import check_targets
     from tests.conftest import ROOT
 
-    section = (ROOT / "README.md").read_text().split("## Your data", 1)[1].split("\n## ", 1)[0]
-    commands = [line for line in section.splitlines() if line.startswith("python -m runner ")]
+    page = (ROOT / "docs" / "your-data.md").read_text()
+    commands = [line for line in page.splitlines() if line.startswith("python -m runner ")]
     assert len(commands) >= 6
     for command in commands:
         cfg = compose_config(shlex.split(command)[3:])
