@@ -14,7 +14,7 @@ NPROC  ?= 2
 SAMPLERS ?= uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture
 VAL      ?= 20
 
-.PHONY: help install install-frameworks install-browser install-server run sweep study advise paper ddp test lint docs bench bench-race tables report ui server gpu-check clean
+.PHONY: help install install-frameworks install-browser install-server run sweep study advise paper ddp test test-quick lint docs bench bench-race tables report ui server gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -64,9 +64,14 @@ $(FRAMEWORKS_STAMP): $(STAMP) pyproject.toml
 test: install install-frameworks install-browser install-server  ## the test suite (two processes; a module stays in one)
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
-lint: install  ## ruff lint and format check
+test-quick: install  ## the unit tests alone (in one process, about a minute)
+	$(PY) -m pytest -q -n 2 -m unit
+
+lint: install install-frameworks  ## ruff lint and format check; mypy (strict on samplers/)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy --strict samplers
+	$(VENV)/bin/mypy runner experiments
 
 docs: install  ## the manual (mkdocs.yml, docs/): mkdocs build --strict into site/, offline
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
@@ -79,7 +84,7 @@ bench: install  ## sampler speed vs torch and pytorch-metric-learning; the DataL
 bench-race: install  ## the race against the full 90-run digits grid (CPU heavy: ~5 min on 2 cores); writes docs/results/
 	$(PY) -m experiments.bench_race
 
-tables: install  ## re-render every results table in README.md and docs/ from docs/results/*.json
+tables: install  ## re-render every results table in docs/ from docs/results/*.json
 	$(PY) -m experiments.tables
 
 report: install  ## the newest sweep's report, onto its parent run (PARENT=id, EXPERIMENT=samplerlab)
@@ -99,5 +104,5 @@ server: install install-server  ## shared tracking: mlflow server + PostgreSQL o
 	$(PY) -m runner.server --port $(PORT) --folder $(CURDIR)/server
 
 clean:  ## remove the venv, caches, Hydra outputs (keeps mlflow.db and mlartifacts)
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis outputs multirun *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis outputs multirun site *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

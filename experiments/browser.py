@@ -1,6 +1,6 @@
 """The MLflow UI in a real browser: Debian's chromium driven by playwright (no browser download).
 
-Used by tests/test_browser.py, and for the README's screenshots of a sweep's parent run:
+Used by tests/test_browser.py, and for the docs' screenshots of a sweep's parent run:
 
     python -m experiments.browser --uri sqlite:///mlflow.db --experiment study-digits --out experiments/screenshots/
 

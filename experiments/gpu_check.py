@@ -2,7 +2,7 @@
 
     python -m experiments.gpu_check [--epochs 3] [--out gpu-check.json]
 
-Trains through the runner on the GPU (``trainer.device=auto``) and checks what the README
+Trains through the runner on the GPU (``trainer.device=auto``) and checks what docs/scaling.md
 promises there: the model and the in-memory training data live on the device, the forward pass
 runs in bfloat16 autocast, the loss stays finite and the run records its final metrics (in a
 throwaway sqlite store). It prints one line per check and the seconds per epoch for the small CNN

@@ -1,6 +1,6 @@
 """Data-parallel training under torchrun: one process per device, one run.
 
-The contract (``torchrun --nproc_per_node=W -m runner ...``; README, "From one CPU to a cluster"):
+The contract (``torchrun --nproc_per_node=W -m runner ...``; docs/scaling.md):
 
 * A process started by torchrun with ``WORLD_SIZE`` > 1 joins a process group (nccl on CUDA,
   where rank ``r`` trains on ``cuda:LOCAL_RANK``; gloo on the CPU). Any other process creates no
@@ -145,7 +145,9 @@ class DataParallel:
     def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = device
-        if device.type == "cuda":  # one BatchNorm over the global batch; gloo cannot (see README)
+        if (
+            device.type == "cuda"
+        ):  # one BatchNorm over the global batch; gloo cannot (docs/scaling.md)
             # In place (the layers are children; no model here is a bare BatchNorm), keeping the
             # parameters the optimizer holds.
             torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from runner.config import register
 
 ROOT = Path(__file__).resolve().parents[1]
+KINDS = ("unit", "slow", "ddp", "browser", "postgres", "gpu")  # registered in pyproject.toml
 register()
 # Property tests explore the same examples on every run: CI stays reproducible.
 settings.register_profile("samplerlab", derandomize=True, database=None)
@@ -40,3 +41,12 @@ def tracking_uri(migrated_store: Path, tmp_path: Path) -> str:
 def compose_config(overrides: list[str]) -> DictConfig:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose(config_name="config", overrides=overrides)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test is of a kind: the marker closest to it (a test's own over its module's)."""
+    unmarked = [
+        item.nodeid for item in items if not any(m.name in KINDS for m in item.iter_markers())
+    ]
+    if unmarked:
+        raise pytest.UsageError(f"tests without a kind marker {KINDS}: {unmarked[:5]}")

@@ -20,10 +20,13 @@ from experiments.browser import (
 )
 from tests.sweeps import tiny_sweep
 
-pytestmark = pytest.mark.skipif(
-    not chromium_available() and not os.environ.get("CI"),
-    reason="no chromium here (make install-browser); in CI this test always runs",
-)
+pytestmark = [
+    pytest.mark.browser,  # a real chromium
+    pytest.mark.skipif(
+        not chromium_available() and not os.environ.get("CI"),
+        reason="no chromium here (make install-browser); in CI this test always runs",
+    ),
+]
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
+pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
+
 RUN = [sys.executable, "-m", "runner"]
 QUICK = ["trainer.epochs=2", "tracking.plots=false"]
 

@@ -18,6 +18,8 @@ from runner.models import MLP, ResNet32, SmallCNN
 from runner.state import build_state, start_classifier_stage, total_epochs
 from samplers import DeferredSampler
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 X = torch.randn(96, 3, 8, 8, generator=torch.Generator().manual_seed(0))
 Y = torch.tensor([0] * 60 + [1] * 24 + [2] * 12)  # long-tailed: 60 / 24 / 12
 
@@ -96,6 +98,7 @@ def test_every_model_ends_in_its_classifier(model, head):
         assert float(along[0, 0]) == pytest.approx(1.0, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_the_crt_method_records_both_stages_in_one_run(tmp_path, tracking_uri):
     done = subprocess.run(
         [

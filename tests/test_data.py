@@ -14,6 +14,8 @@ from PIL import Image
 from runner import data
 from runner.data.builtin import CIFAR_STATS
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 
 @pytest.mark.parametrize(
     ("n_max", "classes", "factor", "total"),

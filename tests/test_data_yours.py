@@ -21,6 +21,8 @@ from runner.feeding import Feed, place
 from samplers import FixedClassSampler, HardMinedSampler, WeightedSampler
 from tests.conftest import compose_config
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 QUICK = ["trainer.progress=false", "tracking.plots=false", "trainer.threads=1"]
 
 

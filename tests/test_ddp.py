@@ -23,6 +23,8 @@ from mlflow.tracking import MlflowClient
 from runner.data import Augment, augment_batch
 from tests.processes import check_exit
 
+pytestmark = pytest.mark.ddp  # several real processes in one process group
+
 TORCHRUN = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node=2"]
 SAMPLERS = ("uniform", "hard_mined", "fixed_class")
 # 1,812 training samples: 14 global batches of 128 and one of 20, which two ranks share evenly,

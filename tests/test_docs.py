@@ -21,6 +21,8 @@ import torch
 
 from tests.processes import check_exit
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 SAMPLERS = ROOT / "docs" / "samplers.md"
@@ -76,6 +78,7 @@ def test_custom_strategy_example_inherits_the_protocol():
     )
 
 
+@pytest.mark.ddp
 def test_ddp_example_runs_as_two_ranks(tmp_path):
     """Two real processes (gloo), launched with the environment torchrun sets, each on its own so
     that gloo's teardown abort in one cannot take the other down: every rank ends with the same

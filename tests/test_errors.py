@@ -15,6 +15,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
+pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
+
 RUN = [sys.executable, "-m", "runner"]
 
 

@@ -7,6 +7,8 @@ import pytest
 
 from runner.evaluation import evaluate, shot_groups
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 
 def test_metrics_on_a_hand_computed_case():
     # 3 classes, 4 test samples each. Predictions: class 0 all right, class 1 half, class 2 none

@@ -19,6 +19,8 @@ from mlflow.tracking import MlflowClient
 from runner.server import free_port, wait_until_healthy
 from tests.test_resume import history, only_run, start, wait_for
 
+pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
+
 RUN = [sys.executable, "-m", "runner"]
 QUICK = ["trainer.progress=false", "tracking.plots=false", "trainer.threads=1"]
 

@@ -36,6 +36,8 @@ from tests.helpers.frameworks.data import BATCH, EPOCHS, WORLD, labels
 from tests.helpers.frameworks.rank import DOC_EXAMPLES, SCENARIOS
 from tests.processes import check_exit
 
+pytestmark = pytest.mark.ddp  # several real processes in one process group
+
 ROOT = Path(__file__).resolve().parents[1]
 FRAMEWORKS = ("lightning", "accelerate", "torchdata", "transformers")
 

@@ -8,9 +8,10 @@ import sys
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(
-    torch.cuda.is_available(), reason="a GPU machine runs make gpu-check"
-)
+pytestmark = [
+    pytest.mark.gpu,  # the GPU check (on the CPU: it must fail honestly)
+    pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU machine runs make gpu-check"),
+]
 
 
 def test_without_a_gpu_it_says_so_in_one_line():

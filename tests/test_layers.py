@@ -6,7 +6,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.unit  # in one process, seconds
 
 PACKAGES = ("samplers", "runner", "experiments")
 LAYER = {"samplers": 0, "runner": 1, "experiments": 2}

@@ -11,6 +11,8 @@ from torch.nn import functional as F
 from runner.losses import ClassWeightedLoss, LDAMLoss, LogitAdjustedLoss, rule_weights
 from samplers import HybridSampler
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 COUNTS = torch.tensor([100, 10, 1, 0])
 
 

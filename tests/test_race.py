@@ -12,7 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
+
+pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = [sys.executable, "-m", "runner", "-m", "hydra/sweeper=race"]

@@ -15,6 +15,8 @@ from experiments.race.driver import Settings, new_race, plan_from
 from experiments.race.race import MAX_RUNS, ONE_LEFT, Race, replay
 from runner.errors import UserError
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 
 def parsed(*overrides: str):
     return OverridesParser.create().parse_overrides(list(overrides))
@@ -128,6 +130,7 @@ def test_a_race_with_one_survivor_says_use_it():
         ("/d/folder", "data=torchvision data.dataset.root=/d/folder model=small_cnn"),
     ],
 )
+@pytest.mark.slow
 def test_make_advise_races_your_data(data, expected):
     """``make advise DATA=...``: the command it runs (printed by make -n, not run)."""
     if shutil.which("make") is None:

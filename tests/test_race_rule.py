@@ -21,6 +21,8 @@ from experiments.race.race import MAX_RUNS, MAX_SEEDS, ONE_LEFT, Race, replay
 from experiments.race.rule import look, mcb_critical, mcb_exceedance, rounds_possible, spending
 from experiments.race.simulate import naive_races, run_races, simulate_races, simulated_values
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 ALPHA = 0.05
 TAIL = 0.001  # the chance a correct rule fails one of the binomial checks below
 RACES = 4000  # >= 2,000 simulated races per scenario

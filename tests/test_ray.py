@@ -18,10 +18,13 @@ from mlflow.tracking import MlflowClient
 from runner.server import free_port
 
 HAS_RAY = importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is not None
-pytestmark = pytest.mark.skipif(
-    not HAS_RAY and not os.environ.get("SAMPLERLAB_TEST_RAY"),
-    reason="hydra-ray-launcher is not installed (pip install -e '.[ray]')",
-)
+pytestmark = [
+    pytest.mark.slow,  # real CLI subprocesses, training, signals
+    pytest.mark.skipif(
+        not HAS_RAY and not os.environ.get("SAMPLERLAB_TEST_RAY"),
+        reason="hydra-ray-launcher is not installed (pip install -e '.[ray]')",
+    ),
+]
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ from experiments.stats import paired_difference, t_interval
 from runner.tracking import Tracker
 from tests.sweeps import tiny_sweep
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 # Student-t quantiles t_{0.975, df} from a printed table.
 T_975 = {1: 12.706, 2: 4.303}
 
@@ -253,6 +255,7 @@ def sweep(tmp_path_factory, migrated_store):
     return tiny_sweep(tmp_path_factory.getbasetemp() / "tiny-sweep", migrated_store)
 
 
+@pytest.mark.slow
 def test_a_real_sweep_reports_onto_its_parent_run(sweep, capsys):
     """`python -m runner -m +experiment=synthetic ...` ends by publishing its report: it prints
     the answer and where it is, and the parent run holds it."""

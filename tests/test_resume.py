@@ -16,6 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from tests.test_errors import _write_images
 
+pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
+
 RUN = [sys.executable, "-m", "runner"]
 
 

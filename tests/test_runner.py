@@ -15,6 +15,8 @@ from runner.app import run
 from runner.checks import check_targets
 from tests.conftest import ROOT, compose_config
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 GROUPS = ("data", "model", "sampler", "loss", "trainer", "tracking")
 CHOICES = [(g, p.stem) for g in GROUPS for p in sorted((ROOT / "conf" / g).glob("*.yaml"))]
 QUICK = ["trainer.epochs=3", "trainer.progress=false"]

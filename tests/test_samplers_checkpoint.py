@@ -14,6 +14,8 @@ from torch.utils.data import DataLoader
 
 from tests.strategies import STRATEGIES, feed_losses
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = [0] * 180 + [1] * 80 + [2] * 40
 BATCH = 10
@@ -47,6 +49,7 @@ RESTORE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_checkpoint_after_k_consumed_batches_resumes_in_a_new_process(tmp_path):
     expected = {}
     for name in NAMES:

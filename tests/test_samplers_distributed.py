@@ -8,10 +8,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.processes import check_exit
 from tests.strategies import STRATEGIES
+
+pytestmark = pytest.mark.ddp  # several real processes in one process group
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = [0] * 37 + [1] * 11 + [2] * 4
@@ -111,7 +114,7 @@ def test_order_does_not_depend_on_the_process(tmp_path):
 
 
 def test_a_user_strategy_inherits_the_protocol():
-    """The README's usage-balanced sampler: weights 1 / (times drawn so far + 1)."""
+    """The usage-balanced sampler of docs/samplers.md: weights 1 / (times drawn so far + 1)."""
     from samplers import Sampler, SampleWeights
 
     class UsageBalanced(Sampler):

@@ -12,6 +12,8 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 from samplers import FixedClassSampler, HardMinedSampler, MixtureSampler, Sampler, UniformSampler
 from samplers.integrations import find_sampler, gather_across_ranks, update_across_ranks
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 LABELS = [0] * 30 + [1] * 12 + [2] * 6
 
 

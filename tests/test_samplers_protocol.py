@@ -10,6 +10,8 @@ from torch.utils.data import DataLoader
 
 from tests.strategies import BATCH_SAMPLERS, STRATEGIES, WITHOUT_REPLACEMENT, feed_losses
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 NAMES = sorted(STRATEGIES)
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

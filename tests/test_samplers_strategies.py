@@ -15,6 +15,8 @@ from samplers import sampling_stats
 from samplers._tables import AliasTable, GuideTable
 from samplers.strategies import schedule_progress
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 LABELS = torch.tensor([0] * 500 + [1] * 200 + [2] * 60 + [3] * 15 + [4] * 3)
 COUNTS = torch.bincount(LABELS).double()
 

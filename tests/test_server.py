@@ -19,10 +19,13 @@ from runner.server import free_port, wait_until_healthy
 HAS_POSTGRES = bool(
     shutil.which("initdb") or list(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
 )
-pytestmark = pytest.mark.skipif(
-    not HAS_POSTGRES and not os.environ.get("CI"),
-    reason="PostgreSQL is not installed (make install-server); CI always runs this",
-)
+pytestmark = [
+    pytest.mark.postgres,  # a real PostgreSQL and MLflow server
+    pytest.mark.skipif(
+        not HAS_POSTGRES and not os.environ.get("CI"),
+        reason="PostgreSQL is not installed (make install-server); CI always runs this",
+    ),
+]
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ from experiments import tables
 from experiments.report import build_report
 from experiments.store import child_runs, get_run, open_store
 
+pytestmark = pytest.mark.unit  # in one process, seconds
+
 
 def test_the_committed_tables_match_their_artifacts():
     assert tables.stale() == [], "run python -m experiments.tables and commit the result"
