@@ -349,3 +349,18 @@ def test_runs_recorded_before_the_fingerprint_changed_are_still_recognised():
     assert "c9b55afccdd269b2" in config_keys(cfg)
     assert config_key(cfg) in config_keys(cfg)
     assert "c9b55afccdd269b2" not in config_keys(compose_config(["data.imbalance_factor=50"]))
+
+
+def test_the_rebuild_commands_are_named_for_the_store_they_are_for():
+    """Each command by name (a NamedTuple, not a tuple behind a ``-> str``)."""
+    from experiments.report.publishing import Rebuild, rebuild
+    from runner.stores import project_store
+
+    here = rebuild("abc", project_store())
+    assert isinstance(here, Rebuild)
+    assert here.cli == "python -m experiments.report --parent abc"
+    assert here.make == "make report PARENT=abc" and here.ui == "make ui"
+    other = rebuild("abc", "sqlite:///other.db")
+    assert other.cli == "python -m experiments.report --parent abc --uri sqlite:///other.db"
+    assert other.make is None
+    assert other.ui == "mlflow ui --backend-store-uri sqlite:///other.db"

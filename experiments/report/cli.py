@@ -26,7 +26,7 @@ from pathlib import Path
 
 from experiments.report.analysis import BASELINE, METHOD_BASELINE
 from experiments.report.document import build_report
-from experiments.report.publishing import again, summary_metrics, sweep_title
+from experiments.report.publishing import rebuild, summary_metrics, sweep_title
 from experiments.report.render import markdown, report_files
 from experiments.store import (
     Run,
@@ -111,9 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from runner.tracking import log_to_run
 
         log_to_run(uri, parent.run_id, summary_metrics(report), report_files(report))
-        cli, make, ui = again(parent.run_id, uri)
         print(
             f"logged onto parent run {parent.run_id} ({parent.name}): report.html, report.md, "
-            f"report_plots/*.png, summary/* metrics; browse: {ui}"
+            f"report_plots/*.png, summary/* metrics; browse: {rebuild(parent.run_id, uri).ui}"
         )
     return 0 if report.strategies else 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import NamedTuple
 
 from experiments.report.document import Report, build_report, metrics_table
 from experiments.report.render import markdown_table, report_files
@@ -41,7 +42,16 @@ def summary_metrics(report: Report) -> dict[str, float]:
     return {k: round(v, 6) for k, v in out.items()}
 
 
-def again(parent_run_id: str, uri: str) -> str:
+class Rebuild(NamedTuple):
+    """How to rebuild a sweep's report and browse it, in the words of the store it is in."""
+
+    cli: str  # python -m experiments.report --parent ID (--uri URI outside the project store)
+    make: str | None  # make report PARENT=ID; None outside the project store (make knows no URI)
+    ui: str  # make ui, or mlflow ui --backend-store-uri URI
+
+
+def rebuild(parent_run_id: str, uri: str) -> Rebuild:
+    """The commands for the report of ``parent_run_id`` in the store at ``uri`` (resolved)."""
     from runner.stores import project_store
 
     project = uri == project_store()
@@ -50,7 +60,7 @@ def again(parent_run_id: str, uri: str) -> str:
     )
     make = f"make report PARENT={parent_run_id}" if project else None
     ui = "make ui" if project else f"mlflow ui --backend-store-uri {uri}"
-    return cli, make, ui
+    return Rebuild(cli, make, ui)
 
 
 def publish(uri: str | None, parent_run_id: str, baseline: str | None = None) -> str:
@@ -67,7 +77,7 @@ def publish(uri: str | None, parent_run_id: str, baseline: str | None = None) ->
     except StoreError as err:
         return f"samplerlab report: {err}"
     report = build_report(runs, sweep_title(parent), baseline)
-    cli, make, ui = again(parent_run_id, resolved)
+    cli, make, ui = rebuild(parent_run_id, resolved)
     if not report.strategies:
         failed = f" ({len(report.left_out)} did not finish)" if report.left_out else ""
         return (
