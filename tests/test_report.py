@@ -364,3 +364,79 @@ def test_the_rebuild_commands_are_named_for_the_store_they_are_for():
     assert other.cli == "python -m experiments.report --parent abc --uri sqlite:///other.db"
     assert other.make is None
     assert other.ui == "mlflow ui --backend-store-uri sqlite:///other.db"
+
+
+def _in_memory(sampler: str, seed: int | None, value: float, run_id: str = "", **params: str):
+    """A finished run as the store gives it back, without a store: ``value`` is its final
+    balanced accuracy (and accuracy), half of it its few-shot accuracy."""
+    from experiments.store import Run
+
+    tags = {"sampler": sampler, "data": "synthetic_lt", "model": "mlp", "loss": "ce"}
+    tags["overrides"] = f"sampler={sampler}" + (f" seed={seed}" if seed is not None else "")
+    metrics = {f"final/{m}": value for m in ("accuracy", "balanced_accuracy", "macro_f1")}
+    metrics |= {"final/few_accuracy": value / 2}
+    metrics |= {f"data/train_count/{c}": n for c, (n, _) in CLASSES.items()}
+    metrics |= {f"data/test_count/{c}": t for c, (_, t) in CLASSES.items()}
+    seeded = {"seed": str(seed)} if seed is not None else {}
+    run_id = run_id or f"{sampler}-{seed}"
+    return Run(run_id, "1", run_id, "FINISHED", 0, tags, seeded | params, metrics)
+
+
+def _two_samplers(**params: str) -> list:
+    values = {"uniform": (0.50, 0.60, 0.70), "hybrid": (0.62, 0.70, 0.84)}
+    return [
+        _in_memory(sampler, seed, value, **params)
+        for sampler, per_seed in values.items()
+        for seed, value in enumerate(per_seed)
+    ]
+
+
+def test_the_console_text_names_the_store_it_is_given():
+    from experiments.report import build_report, console_text
+    from experiments.store import Run
+    from runner.stores import project_store
+
+    report = build_report(_two_samplers(), "t", plots=False)
+    parent = Run("p" * 32, "7", "sweep-x", "FINISHED", 0, {}, {})
+    elsewhere = console_text(report, parent, "sqlite:///other.db").splitlines()
+    assert elsewhere[-1] == (
+        f"Rebuild: python -m experiments.report --parent {parent.run_id} --uri sqlite:///other.db"
+    )
+    assert elsewhere[-2].endswith(
+        ": mlflow ui --backend-store-uri sqlite:///other.db, experiment 7, run sweep-x."
+    )
+    here = console_text(report, parent, project_store()).splitlines()
+    assert here[-1] == (
+        f"Rebuild: make report PARENT={parent.run_id}  or  "
+        f"python -m experiments.report --parent {parent.run_id}"
+    )
+    assert here[-2].endswith(": make ui, experiment 7, run sweep-x.")
+
+
+@pytest.fixture
+def metrics_reordered():
+    """METRICS in another order, with one more metric in front (restored afterwards)."""
+    from experiments.report.analysis import METRICS
+
+    saved = dict(METRICS)
+    METRICS.clear()
+    METRICS.update({"top5_accuracy": "top-5", **dict(reversed(saved.items()))})
+    yield
+    METRICS.clear()
+    METRICS.update(saved)
+
+
+def test_the_console_table_picks_its_columns_by_name(metrics_reordered):
+    from experiments.report import build_report, console_text
+    from experiments.store import Run
+
+    report = build_report(_two_samplers(), "t", plots=False)
+    text = console_text(report, Run("p", "7", "sweep-x", "FINISHED", 0, {}, {}), "sqlite:///x.db")
+    header = (
+        "| strategy | seeds | bal. acc | few | Δ bal. acc vs uniform (points) "
+        "| Δ few vs uniform (points) |"
+    )
+    assert header in text.splitlines()
+    # hybrid: balanced 0.62, 0.70, 0.84; few half of it; uniform 0.50, 0.60, 0.70 (and half).
+    row = "| hybrid | 3 | 0.7200 ± 0.2766 | 0.3600 ± 0.1383 | +12.0 [+7.0, +17.0] | +6.0 [+3.5, +8.5] |"
+    assert row in text.splitlines()

@@ -44,13 +44,19 @@ class Report:
         return sum(len(s.runs) for s in self.strategies)
 
 
-def metrics_table(strategies: list[Strategy]) -> tuple[list[str], list[list[str]]]:
+def metrics_table(
+    strategies: list[Strategy], metrics: Sequence[str] | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: per strategy its seeds, the interval of each of ``metrics`` (names in
+    :data:`METRICS`; all of them, in that order, by default) and its paired differences to the
+    baseline on the :data:`COMPARED` metrics."""
+    shown = list(METRICS) if metrics is None else list(metrics)
     base = next((s.baseline.label for s in strategies if s.baseline), BASELINE)
-    header = ["strategy", "seeds", *METRICS.values()]
+    header = ["strategy", "seeds", *(METRICS[m] for m in shown)]
     header += [f"Δ {METRICS[m]} vs {base} (points)" for m in COMPARED]
     rows = []
     for s in strategies:
-        row = [s.label, str(len(s.runs)), *(cell(s.intervals.get(m)) for m in METRICS)]
+        row = [s.label, str(len(s.runs)), *(cell(s.intervals.get(m)) for m in shown)]
         row += [
             "baseline" if s is s.baseline else diff_cell(s.vs_baseline.get(m)) for m in COMPARED
         ]

@@ -7,10 +7,14 @@ import math
 import re
 from typing import NamedTuple
 
+from experiments.report.analysis import RANKED_BY
 from experiments.report.document import Report, build_report, metrics_table
 from experiments.report.render import markdown_table, report_files
 from experiments.report.wording import verdicts
 from experiments.store import Run, StoreError, child_runs, get_run, open_store
+
+# The console's table: the ranked metric and the few-shot one (with every paired difference).
+CONSOLE_METRICS = (RANKED_BY, "few_accuracy")
 
 
 def _metric_name(label: str) -> str:
@@ -77,7 +81,6 @@ def publish(uri: str | None, parent_run_id: str, baseline: str | None = None) ->
     except StoreError as err:
         return f"samplerlab report: {err}"
     report = build_report(runs, sweep_title(parent), baseline)
-    cli, make, ui = rebuild(parent_run_id, resolved)
     if not report.strategies:
         failed = f" ({len(report.left_out)} did not finish)" if report.left_out else ""
         return (
@@ -85,26 +88,29 @@ def publish(uri: str | None, parent_run_id: str, baseline: str | None = None) ->
             f"finished runs{failed}: nothing to report."
         )
     log_to_run(resolved, parent_run_id, summary_metrics(report), report_files(report))
-    return console_text(report, parent, resolved, cli, make, ui)
+    return console_text(report, parent, resolved)
 
 
 def sweep_title(parent: Run) -> str:
     return f"Sampling strategies compared: sweep {parent.name}"
 
 
-def console_text(report: Report, parent: Run, uri: str, cli: str, make: str | None, ui: str) -> str:
-    header, rows = metrics_table(report.strategies)
+def console_text(report: Report, parent: Run, uri: str) -> str:
+    """What a sweep prints at its end: the ranked metric, the few-shot one and the paired
+    differences per strategy, the first verdicts, where the report is and how to rebuild it,
+    for the store at ``uri`` (resolved) that holds ``parent``."""
+    header, rows = metrics_table(report.strategies, CONSOLE_METRICS)
     said = [v for v in verdicts(report.strategies) if "ranking (mean final" not in v]
-    keep = [0, 1, 3, 7, 8, 9]  # strategy, seeds, bal. acc, few, the two Δ
+    commands = rebuild(parent.run_id, uri)
     lines = [
         f"samplerlab report: sweep {parent.name}, parent run {parent.run_id}: "
         f"{len(report.strategies)} strategies, {report.runs} runs",
-        markdown_table([header[i] for i in keep], [[r[i] for i in keep] for r in rows]),
+        markdown_table(header, rows),
         "(mean ± 95% CI half-width over seeds; Δ: paired difference in points [95% CI])",
         *(f"  {line}" for line in said[:8]),
         *([f"  ... {len(said) - 8} more comparisons in the report"] if len(said) > 8 else []),
         f"Report on the parent run (artifacts report.html, report.md, report_plots/; metrics "
-        f"summary/*): {ui}, experiment {parent.experiment_id}, run {parent.name}.",
-        f"Rebuild: {make + '  or  ' if make else ''}{cli}",
+        f"summary/*): {commands.ui}, experiment {parent.experiment_id}, run {parent.name}.",
+        f"Rebuild: {commands.make + '  or  ' if commands.make else ''}{commands.cli}",
     ]
     return "\n".join(lines)
