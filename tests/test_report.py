@@ -4,6 +4,7 @@ publishing onto a sweep's parent run, and one real sweep end to end (real sqlite
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -440,3 +441,32 @@ def test_the_console_table_picks_its_columns_by_name(metrics_reordered):
     # hybrid: balanced 0.62, 0.70, 0.84; few half of it; uniform 0.50, 0.60, 0.70 (and half).
     row = "| hybrid | 3 | 0.7200 ± 0.2766 | 0.3600 ± 0.1383 | +12.0 [+7.0, +17.0] | +6.0 [+3.5, +8.5] |"
     assert row in text.splitlines()
+
+
+def test_runs_without_a_seed_are_reported_alike_in_every_process():
+    """A run without a seed is a row's sample of its own that pairs with nothing, and the order
+    of such runs is the same whatever the process's str-hash salt (PYTHONHASHSEED)."""
+    from tests.conftest import ROOT
+
+    code = (
+        "from tests.test_report import _in_memory\n"
+        "from experiments.report import build_report, markdown\n"
+        "runs = [_in_memory('uniform', None, 0.1 * i, run_id=f'u{i}') for i in range(1, 6)]\n"
+        "runs += [_in_memory('hybrid', None, 0.1 * i, run_id=f'h{i}') for i in range(1, 4)]\n"
+        "print(markdown(build_report(runs, 't', plots=False)))\n"
+    )
+    processes = [  # side by side: each imports the report (about 10 s)
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONHASHSEED": salt},
+        )
+        for salt in ("1", "2")
+    ]
+    reports = [p.communicate(timeout=120)[0] for p in processes]
+    assert [p.returncode for p in processes] == [0, 0]
+    assert reports[0] == reports[1]
+    assert "| uniform | 5 |" in reports[0] and "| hybrid | 3 |" in reports[0]
+    assert "hybrid vs uniform on balanced accuracy: no seed in common" in reports[0]

@@ -4,6 +4,7 @@ the ranking. Nothing here words or renders anything."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -85,7 +86,7 @@ class Strategy:
     def values(self, metric: str) -> dict[int, float]:
         """Final value of ``metric`` per seed (seeds without it left out)."""
         return {
-            _seed(r): r.metrics[f"final/{metric}"]
+            seed_key(r): r.metrics[f"final/{metric}"]
             for r in self.runs
             if f"final/{metric}" in r.metrics and not math.isnan(r.metrics[f"final/{metric}"])
         }
@@ -103,10 +104,15 @@ class Strategy:
         return per_class
 
 
-def _seed(run: Run) -> int:
-    seed = run.seed
-    # A run without a seed pairs with nothing: a negative number of its own.
-    return seed if seed is not None else -(abs(hash(run.run_id)) % 10**9) - 1
+def seed_key(run: Run) -> int:
+    """The run's seed: what pairs it with the runs of other strategies. A run without a seed
+    pairs with nothing: a negative number of its own, from a digest of its run id, the same in
+    every process (``hash()`` of a str is salted per process: rows and pairs would change from
+    one report of the same runs to the next)."""
+    if run.seed is not None:
+        return run.seed
+    digest = hashlib.sha256(run.run_id.encode()).digest()
+    return -int.from_bytes(digest[:8], "big") - 1
 
 
 def group_runs(runs: Iterable[Run]) -> list[Strategy]:
@@ -115,7 +121,7 @@ def group_runs(runs: Iterable[Run]) -> list[Strategy]:
         lambda: defaultdict(list)
     )
     for run in runs:
-        by_configuration[configuration(run)][_seed(run)].append(run)
+        by_configuration[configuration(run)][seed_key(run)].append(run)
     strategies = []
     for key, seeds in by_configuration.items():
         kept, repeats = [], []
