@@ -470,3 +470,22 @@ def test_runs_without_a_seed_are_reported_alike_in_every_process():
     assert reports[0] == reports[1]
     assert "| uniform | 5 |" in reports[0] and "| hybrid | 3 |" in reports[0]
     assert "hybrid vs uniform on balanced accuracy: no seed in common" in reports[0]
+
+
+def test_shot_groups_follow_the_thresholds_each_run_recorded_and_none_are_guessed():
+    from experiments.report import build_report, markdown
+
+    thresholds = {"eval.many_shot": "40", "eval.few_shot": "8"}
+    md = markdown(build_report(_two_samplers(**thresholds), "t", plots=False))
+    # a (200) and b (50) have more than 40 training images, c (10) is medium, d (5) fewer than 8
+    assert (
+        "| synthetic_lt | all | 2 classes, 20 test images | 1 class, 10 test images "
+        "| 1 class, 10 test images |" in md
+    )
+    assert "Many-shot: more than 40 training images (eval.many_shot), few-shot: fewer than 8" in md
+    unrecorded = markdown(build_report(_two_samplers(), "t", plots=False))
+    assert (
+        "The shot thresholds were not recorded (params eval.many_shot, eval.few_shot) by the runs "
+        "of: hybrid, uniform: no many / medium / few classes for them." in unrecorded
+    )
+    assert "Many-shot: more than" not in unrecorded and "| synthetic_lt |" not in unrecorded

@@ -20,7 +20,13 @@ from experiments.report.analysis import (
     analyse,
     group_runs,
 )
-from experiments.report.classes import SHOT_GROUPS, class_order, shot_groups
+from experiments.report.classes import (
+    SHOT_GROUPS,
+    class_order,
+    shot_groups,
+    shot_thresholds,
+    train_counts,
+)
 from experiments.report.plots import (
     metrics_with_intervals,
     png,
@@ -182,19 +188,15 @@ def _published(report: Report) -> None:
 
 def _class_groups(report: Report) -> None:
     described: dict[tuple, list[str]] = defaultdict(list)
-    missing = []
+    no_counts, no_thresholds = [], []
     for s in report.strategies:
-        groups = shot_groups(s.runs[0])
-        if groups is None:
-            missing.append(s.label)
-            continue
         run = s.runs[0]
-        thresholds = (
-            run.params.get("eval.many_shot", "100"),
-            run.params.get("eval.few_shot", "20"),
-        )
+        groups = shot_groups(run)
+        if groups is None:
+            (no_thresholds if train_counts(run) else no_counts).append(s.label)
+            continue
         cells = tuple(group_cell(*groups[g]) for g in SHOT_GROUPS)
-        described[(s.key[0], thresholds, cells)].append(s.label)
+        described[(s.key[0], shot_thresholds(run), cells)].append(s.label)
     report.blocks.append(("h2", "Many / medium / few-shot classes"))
     if described:
         header = ["data", "strategies", "many", "medium", "few"]
@@ -212,12 +214,21 @@ def _class_groups(report: Report) -> None:
                 "recall of its classes on the test set.",
             )
         )
-    if missing:
+    if no_counts:
         report.blocks.append(
             (
                 "p",
                 "Class counts were not logged (data/train_count/<class>) by the runs of: "
-                + ", ".join(missing),
+                + ", ".join(no_counts),
+            )
+        )
+    if no_thresholds:
+        report.blocks.append(
+            (
+                "p",
+                "The shot thresholds were not recorded (params eval.many_shot, eval.few_shot) "
+                "by the runs of: " + ", ".join(no_thresholds) + ": no many / medium / few "
+                "classes for them.",
             )
         )
 
