@@ -157,7 +157,7 @@ def analyse(strategies: list[Strategy], baseline: str | None = None) -> list[Str
     for block in {s.block for s in strategies}:
         members = [s for s in strategies if s.block == block]
         name = METHOD_BASELINE if block[2] == METHODS else BASELINE
-        if any(s.sampler == baseline for s in members):
+        if baseline is not None and any(s.sampler == baseline for s in members):
             name = baseline
         candidates = [s for s in members if s.sampler == name]
         base = min(candidates, key=lambda s: len(s.label)) if candidates else None

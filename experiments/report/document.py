@@ -36,13 +36,20 @@ from experiments.report.plots import (
 from experiments.report.wording import cell, diff_cell, group_cell, verdicts
 from experiments.store import Run
 
+# One piece of content, its kind first: ("h1" | "h2" | "p", text), ("ul", [items]),
+# ("table", header, rows) or ("img", "report_plots/<name>.png", caption).
+Block = tuple[Any, ...]
+
 
 @dataclass
 class Report:
+    """What the report says, before rendering: the strategies compared (analysed, best first
+    per block), the runs left out, the content in order, and the plots the content names."""
+
     title: str
     strategies: list[Strategy]
     left_out: list[Run]  # failed, killed or unfinished
-    blocks: list[tuple[str, Any]] = field(default_factory=list)  # rendered content
+    blocks: list[Block] = field(default_factory=list)
     images: dict[str, bytes] = field(default_factory=dict)  # report_plots/<name>.png -> PNG
 
     @property
@@ -73,6 +80,9 @@ def metrics_table(
 def build_report(
     runs: Sequence[Run], title: str, baseline: str | None = None, plots: bool = True
 ) -> Report:
+    """The report of ``runs``, any status: the finished training runs are compared, the others
+    left out and named in the notes. ``baseline`` as for :func:`analyse`; ``plots=False`` leaves
+    the figures out (a table without matplotlib's time)."""
     finished = [r for r in runs if r.status == "FINISHED" and "sampler" in r.tags]
     left_out = [r for r in runs if r not in finished]
     strategies = analyse(group_runs(finished), baseline)
@@ -188,7 +198,8 @@ def _published(report: Report) -> None:
 
 def _class_groups(report: Report) -> None:
     described: dict[tuple, list[str]] = defaultdict(list)
-    no_counts, no_thresholds = [], []
+    no_counts: list[str] = []
+    no_thresholds: list[str] = []
     for s in report.strategies:
         run = s.runs[0]
         groups = shot_groups(run)
@@ -242,15 +253,21 @@ def _plots(report: Report) -> None:
     if groups:
         by_class = {c: g for g in SHOT_GROUPS for c in groups[g][0]}
     if classes:
-        recall = {s.label: s.mean_of("final/recall", classes) for s in report.strategies}
-        recall = {k: v for k, v in recall.items() if v is not None}
+        recall = {
+            s.label: means
+            for s in report.strategies
+            if (means := s.mean_of("final/recall", classes)) is not None
+        }
         if recall:
             labels = [by_class.get(c, "?") for c in classes] if by_class else None
             images["report_plots/recall_by_class.png"] = png(
                 recall_by_strategy(recall, classes, labels)
             )
-        drawn = {s.label: s.mean_of("sampling/share", classes) for s in report.strategies}
-        drawn = {k: v for k, v in drawn.items() if v is not None}
+        drawn = {
+            s.label: means
+            for s in report.strategies
+            if (means := s.mean_of("sampling/share", classes)) is not None
+        }
         if drawn:
             intended = {s.label: s.mean_of("sampling/target", classes) for s in report.strategies}
             images["report_plots/class_shares.png"] = png(
