@@ -92,6 +92,7 @@ def publish(uri: str | None, parent_run_id: str, baseline: str | None = None) ->
 
 
 def sweep_title(parent: Run) -> str:
+    """The title of a sweep's report (the CLI's too, for one sweep)."""
     return f"Sampling strategies compared: sweep {parent.name}"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Iterable
-from typing import Any
 
 from experiments.report.document import Report
 
@@ -36,6 +35,7 @@ def markdown(report: Report, skip: Iterable[str] = ()) -> str:
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured Markdown table (cells as given: nothing escaped)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
@@ -81,5 +81,6 @@ def to_html(report: Report) -> str:
     )
 
 
-def report_files(report: Report) -> dict[str, Any]:
+def report_files(report: Report) -> dict[str, str | bytes]:
+    """The files a report is logged as: report.md, report.html and report_plots/<name>.png."""
     return {"report.md": markdown(report), "report.html": to_html(report), **report.images}
