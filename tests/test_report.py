@@ -208,7 +208,7 @@ def test_methods_are_compared_with_ce_and_with_the_published_table(tracking_uri,
     assert "--baseline 'hybird'" in capsys.readouterr().err
 
 
-def test_all_runs_reports_every_sweep_of_an_experiment(tracking_uri, capsys):
+def test_all_runs_reports_every_sweep_of_an_experiment(tracking_uri, capsys, tmp_path):
     for sampler in ("uniform", "hybrid"):  # two sweeps: a study run in two parts
         parent = Tracker.start(tracking_uri, "study", "sweep", params={}, tags={"sweep": "parent"})
         parent.finish()
@@ -217,10 +217,16 @@ def test_all_runs_reports_every_sweep_of_an_experiment(tracking_uri, capsys):
     assert main(["--experiment", "study", "--uri", tracking_uri, "--no-log"]) == 0
     newest = capsys.readouterr().out
     assert "| hybrid | 2 |" in newest and "| uniform |" not in newest
-    assert main(["--experiment", "study", "--all-runs", "--uri", tracking_uri]) == 0
+    out = tmp_path / "report"
+    cli = ["--experiment", "study", "--all-runs", "--uri", tracking_uri, "--out", str(out)]
+    assert main(cli) == 0
     both = capsys.readouterr().out
     assert "| hybrid | 2 |" in both and "| uniform | 2 |" in both
     assert "logged onto" not in both  # no single parent to log onto
+    assert f"written to {out}/" in both
+    assert "| uniform | 2 |" in (out / "report.md").read_text()
+    assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
+    assert (out / "report_plots" / "final_metrics.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_empty_or_failed_sweeps_and_wrong_ids_get_a_line_not_a_traceback(tracking_uri):
