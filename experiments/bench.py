@@ -174,10 +174,15 @@ def bench(n: int, repeats: int) -> dict[str, tuple[float, float | None, float]]:
     )
     print(f"  {'':<42} {'seconds':>9} {'M idx/s':>9} {'of RNG':>6} {'ratio':>9}")
     print(row("[limit] RNG fill, float64 uniforms", rng, n, None, rng=rng))
+    t_wrs: float | None
+    t_mult: float | None
     if n <= MULTINOMIAL_LIMIT:
         weights = 1.0 / torch.bincount(labels)[labels].double()
         wrs = WeightedRandomSampler(
-            weights, n, replacement=True, generator=torch.Generator().manual_seed(0)
+            weights,  # type: ignore[arg-type]  # torch takes a tensor; its stub says Sequence
+            n,
+            replacement=True,
+            generator=torch.Generator().manual_seed(0),
         )
         t_wrs = best_of(lambda: list(wrs), repeats)
         t_mult = best_of(lambda: torch.multinomial(weights, n, replacement=True), repeats)
@@ -185,10 +190,10 @@ def bench(n: int, repeats: int) -> dict[str, tuple[float, float | None, float]]:
         print(row("[baseline] torch.multinomial", t_mult, n, None))
         del wrs, weights
     else:
-        t_wrs = t_mult = None
+        t_wrs = t_mult = None  # too large for them: their limits are shown instead
         weights = torch.ones(n, dtype=torch.float64)
         for name, attempt in (
-            ("list(WeightedRandomSampler)", lambda: list(WeightedRandomSampler(weights, n))),
+            ("list(WeightedRandomSampler)", lambda: list(WeightedRandomSampler(weights, n))),  # type: ignore[arg-type]
             ("torch.multinomial", lambda: torch.multinomial(weights, n, replacement=True)),
         ):
             try:

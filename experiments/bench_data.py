@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,7 +55,9 @@ def best_rate(epoch: Callable[[], Iterable[torch.Tensor]], repeats: int) -> floa
     return count / best
 
 
-def ours(samples: Samples, labels: torch.Tensor, normalize, workers: int, batch: int):
+def ours(
+    samples: Samples | torch.Tensor, labels: torch.Tensor, normalize: Any, workers: int, batch: int
+) -> Any:
     """One epoch of the runner's feeding: the sampler's order, cut into batches, through ``Feed``
     (a DataLoader for :class:`Samples`, whole-batch gathers for a tensor)."""
     sampler = WeightedSampler(labels, q=0.0, seed=0)  # class-balanced, with replacement

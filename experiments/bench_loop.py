@@ -33,6 +33,7 @@ import functools
 import statistics
 import time
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch.nn import functional as F
@@ -81,7 +82,7 @@ def _bare_step(
     """``batches`` train steps, each on the next ready batch of ``inputs`` (float, on the
     device; random images when None)."""
     layout = torch.channels_last if channels_last else torch.contiguous_format
-    model = model.to(device, memory_format=layout)
+    model = model.to(device=device, memory_format=layout)  # type: ignore[call-overload]  # torch's stubs omit memory_format
     if inputs is None:
         inputs = torch.randn(batches * BATCH, 3, 32, 32, device=device)
     ready = [x.contiguous(memory_format=layout) for x in inputs.split(BATCH)[:batches]]
@@ -221,7 +222,9 @@ def variants(name: str, make: Callable[[], torch.nn.Module], args) -> None:
         rates[kind] = images / min(_seconds(step, device) for _ in range(args.repeats))
     if args.compile:
         try:
-            compiled = _bare_step(torch.compile(make()), args.batches, device)
+            compiled = _bare_step(
+                cast(torch.nn.Module, torch.compile(make())), args.batches, device
+            )
             first = _seconds(compiled, device)  # compiles
             rates["compiled"] = images / min(
                 _seconds(compiled, device) for _ in range(args.repeats)

@@ -31,6 +31,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from experiments import tables
 from experiments.race.race import Race, replay
@@ -59,7 +60,7 @@ def sweep(args: list[str], uri: str, experiment: str, cwd: Path) -> tuple[str, f
     return found.group(1), seconds
 
 
-def race_record(uri: str, parent: str) -> dict[str, object]:
+def race_record(uri: str, parent: str) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
     with tempfile.TemporaryDirectory() as folder:

@@ -75,7 +75,9 @@ def check_case(name: str, overrides: list[str], epochs: int) -> tuple[bool, dict
         ok = _check(
             f"{name}: model on the GPU", all(p.is_cuda for p in parts.state.model.parameters())
         )
-        ok &= _check(f"{name}: training data in GPU memory", feed.in_memory and feed.memory.is_cuda)
+        ok &= _check(
+            f"{name}: training data in GPU memory", feed.memory is not None and feed.memory.is_cuda
+        )
         ok &= _check(
             f"{name}: forward in bfloat16 autocast", torch.bfloat16 in outputs, str(set(outputs))
         )

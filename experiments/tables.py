@@ -23,7 +23,10 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from experiments.stats import Paired
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -36,6 +39,15 @@ HEADLINE = re.compile(r"^(final|val)/[a-z0-9_]+$")
 
 
 # ------------------------------------------------------------------------------ artifacts
+
+
+def _paired(a: dict[int, float], b: dict[int, float]) -> Paired:
+    """The paired difference of two candidates of one grid: every seed is in both."""
+    from experiments.stats import paired_difference
+
+    paired = paired_difference(a, b)
+    assert paired is not None, "a grid's candidates share their seeds"
+    return paired
 
 
 def export_runs(uri: str | None, parent_run_id: str) -> dict[str, Any]:
@@ -126,7 +138,6 @@ def grid_decision(values: dict[str, dict[int, float]], alpha: float = 0.05) -> d
     import numpy as np
 
     from experiments.race.rule import look
-    from experiments.stats import paired_difference
 
     names = sorted(values)
     seeds = sorted(set.intersection(*(set(v) for v in values.values())))
@@ -137,7 +148,7 @@ def grid_decision(values: dict[str, dict[int, float]], alpha: float = 0.05) -> d
     paired = [
         n
         for n in names
-        if n == leader or not paired_difference(values[leader], values[n]).difference.excludes_zero
+        if n == leader or not _paired(values[leader], values[n]).difference.excludes_zero
     ]
     return {
         "seeds": seeds,
@@ -174,7 +185,7 @@ def naive_replay(values: dict[str, dict[int, float]]) -> dict[str, Any]:
 def validation_table(folder: Path) -> str:
     """The digits grid on validation: mean and 95% interval per strategy, the difference to the
     leader, and whether 10 seeds separate it (race rule at one look; paired t)."""
-    from experiments.stats import paired_difference, t_interval
+    from experiments.stats import t_interval
 
     values = values_of(load("digits_grid", folder), "val/balanced_accuracy")
     decision = grid_decision(values)
@@ -183,7 +194,7 @@ def validation_table(folder: Path) -> str:
     for name in sorted(values, key=lambda n: -decision["means"][n]):
         i = t_interval(list(values[name].values()))
         diff = decision["difference"][name]
-        p = paired_difference(values[name], values[leader])
+        p = _paired(values[name], values[leader])
         rows.append(
             [
                 name,

@@ -10,7 +10,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -86,13 +86,14 @@ class RunConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
-def trainer_config(**overrides: Any) -> DictConfig:
+def trainer_config(**overrides: Any) -> TrainerConfig:
     """``conf/trainer/default.yaml`` with ``overrides``, typed by :class:`TrainerConfig`: the
     trainer recipe for code that builds a training state without composing a whole run."""
     recipe = OmegaConf.merge(
         OmegaConf.structured(TrainerConfig), OmegaConf.load(CONF / "trainer" / "default.yaml")
     )
-    return OmegaConf.merge(recipe, overrides)  # type: ignore[return-value]
+    # A structured config reads as the dataclass it types (OmegaConf's documented cast).
+    return cast(TrainerConfig, OmegaConf.merge(recipe, overrides))
 
 
 def register() -> None:

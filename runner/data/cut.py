@@ -206,7 +206,7 @@ _SHARED = {f.name: (LongTailCut, f) for f in dataclasses.fields(LongTailCut)} | 
 }
 
 
-def long_tail_source(**defaults: Any) -> Callable[[F], F]:
+def long_tail_source(**defaults: Any) -> Callable[[F], Callable[..., LongTailData]]:
     """Give a source the parameters every source has: the cut's (:class:`LongTailCut`) and the
     feeding's (:class:`Feeding`), keyword-only, with this source's ``defaults`` where they
     differ from those classes'. The decorated function takes ``cut`` and ``feeding``; its
@@ -214,7 +214,7 @@ def long_tail_source(**defaults: Any) -> Callable[[F], F]:
     unknown = set(defaults) - set(_SHARED)
     assert not unknown, f"not a shared parameter: {sorted(unknown)}"
 
-    def decorate(source: F) -> F:
+    def decorate(source: F) -> Callable[..., LongTailData]:
         own = inspect.signature(source)
         shared = [
             inspect.Parameter(
@@ -238,6 +238,6 @@ def long_tail_source(**defaults: Any) -> Callable[[F], F]:
             return source(*args, cut=cut, feeding=feeding, **kwargs)
 
         with_shared.__signature__ = own.replace(parameters=parameters + shared)  # type: ignore[attr-defined]
-        return with_shared  # type: ignore[return-value]
+        return with_shared
 
     return decorate
