@@ -5,7 +5,7 @@ docs/samplers.md in their own tests, which check what they print or leave behind
 block as it is (docs/trainers.md's run inside the frameworks, in tests/test_frameworks.py).
 Every ``python -m runner`` (or ``torchrun ... -m runner``) command in a ```bash block of those
 pages composes with Hydra and names only parameters its targets take
-(:func:`runner.config.check_targets`), which is what the app checks before any work; commands
+(:func:`runner.checks.check_targets`), which is what the app checks before any work; commands
 that need files or a cluster are composed only.
 """
 
@@ -242,7 +242,7 @@ def test_the_pages_hold_runner_commands():
 
 @pytest.mark.parametrize("where, words", COMMANDS, ids=[w for w, _ in COMMANDS])
 def test_runner_command_composes(where, words):
-    from runner.config import check_targets
+    from runner.checks import check_targets
     from tests.conftest import compose_config
 
     for needs, (module, extra) in PLUGINS.items():

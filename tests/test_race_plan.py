@@ -3,6 +3,7 @@ settings it refuses, and the answer it writes (on a race replayed from known val
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -138,8 +139,18 @@ def test_make_advise_races_your_data(data, expected):
     root = Path(__file__).resolve().parents[1]
     printed = (
         subprocess.run(
-            ["make", "-n", "advise", f"DATA={data}", "BUDGET=30", "STAMP=/dev/null", "PY=python"],
+            [
+                "make",
+                "--no-print-directory",  # also when a make (make test) runs this one
+                "-n",
+                "advise",
+                f"DATA={data}",
+                "BUDGET=30",
+                "STAMP=/dev/null",
+                "PY=python",
+            ],
             cwd=root,
+            env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL")},
             capture_output=True,
             text=True,
             check=True,
