@@ -127,6 +127,14 @@ def accepted_parameters(target: Any) -> set[str]:
 def check_targets(cfg: DictConfig) -> None:
     """Every built group names an importable ``_target_`` and only parameters it accepts, and
     every trainer, eval and tracking value obeys its constraint."""
+    # Values first: they need no import, so a mistyped number answers at once.
+    for key, options in CHOICES.items():
+        if OmegaConf.select(cfg, key) not in options:
+            raise config_error(
+                key, f"{OmegaConf.select(cfg, key)!r} is unknown; choose one of {options}"
+            )
+    for rule in CONSTRAINTS:
+        check_scalar(cfg, rule)
     for group, supplied in SUPPLIED.items():
         node = cfg[group]
         if not isinstance(node, DictConfig) or "_target_" not in node:
@@ -150,13 +158,6 @@ def check_targets(cfg: DictConfig) -> None:
                     f"{group}.{key!s}",
                     f"unknown parameter of {node._target_}; known: {sorted(known - supplied)}",
                 )
-    for key, options in CHOICES.items():
-        if OmegaConf.select(cfg, key) not in options:
-            raise config_error(
-                key, f"{OmegaConf.select(cfg, key)!r} is unknown; choose one of {options}"
-            )
-    for rule in CONSTRAINTS:
-        check_scalar(cfg, rule)
     if cfg.trainer.classifier_epochs and not hasattr(get_method(cfg.model._target_), "classifier"):
         raise config_error(
             "trainer.classifier_epochs",

@@ -193,6 +193,8 @@ def end_open_sweeps(error: BaseException) -> None:
     signal or Ctrl-C, FAILED otherwise. A child run still RUNNING then has no process left to
     end it (its worker was stopped with the sweep): it is marked KILLED, and ``resume=<parent
     id>`` continues it from its last checkpoint. Called when a sweep ends with an exception."""
+    if not _open:  # a single run, or a sweep that ended well: nothing to end (and no import)
+        return
     from mlflow.tracking import MlflowClient
 
     from runner.signals import Interrupted

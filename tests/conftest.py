@@ -3,10 +3,17 @@ real Hydra composition of the project's config tree."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
+# Two test processes share two cores: one compute thread each, in them and in every process they
+# start (torch's default of one thread per core oversubscribes the cores, and spinning OpenMP
+# threads made a 5 s training test take minutes). Tests that vary the thread count set it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hypothesis import settings
 from omegaconf import DictConfig
@@ -16,6 +23,7 @@ from runner.config import register
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("unit", "slow", "ddp", "browser", "postgres", "gpu")  # registered in pyproject.toml
 register()
+torch.set_num_threads(1)
 # Property tests explore the same examples on every run: CI stays reproducible.
 settings.register_profile("samplerlab", derandomize=True, database=None)
 settings.load_profile("samplerlab")

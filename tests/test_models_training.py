@@ -42,7 +42,6 @@ def test_short_training_beats_chance(model, data, floor, tracking_uri):
             "trainer.progress=false",
             "tracking.plots=false",
             f"tracking.uri={tracking_uri}",
-            "trainer.threads=2",
         ]
     )
     summary = run(cfg)
