@@ -79,11 +79,8 @@ def start(config: DictConfig) -> tuple[str, str]:
     """The store and parent run of a starting multirun: a new parent, or with ``resume=`` the
     one named. A store that cannot take the sweep stops it here, before any job (Hydra would
     turn a callback's exception into a warning)."""
-    from mlflow.tracking import MlflowClient
-
     from runner.checks import check_objective
     from runner.distributed import launched
-    from runner.stores import prepare_store, resolve_uri
 
     try:
         if launched():  # every rank would open its own parent and run every job alone
@@ -93,6 +90,10 @@ def start(config: DictConfig) -> tuple[str, str]:
             )
         check_objective(config, str(config.hydra.sweeper._target_))
         _check_sweeper(config)
+        from mlflow.tracking import MlflowClient  # after the checks: they answer at once
+
+        from runner.stores import prepare_store, resolve_uri
+
         uri = resolve_uri(config.tracking.uri)
         prepare_store(uri)
         parent_run_id = _parent_run(MlflowClient(tracking_uri=uri), uri, config)
