@@ -126,6 +126,25 @@ def parent_row(
     return text
 
 
+def run_overview(
+    page: Any,
+    base: str,
+    experiment_id: str,
+    run_id: str,
+    waits_for: Sequence[str],
+    screenshot: Path,
+) -> str:
+    """Open a run's page in the UI; returns its text once every string of ``waits_for`` shows
+    (e.g. a dataset's name, the logged model's)."""
+    page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}", wait_until="domcontentloaded")
+    _close_assistant(page)
+    for text in waits_for:
+        page.get_by_text(text).first.wait_for()
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(screenshot), full_page=True)
+    return str(page.locator("body").inner_text())
+
+
 def report_artifact(
     page: Any, base: str, experiment_id: str, run_id: str, screenshot: Path, scroll_to: str
 ) -> tuple[str, int]:

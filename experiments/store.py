@@ -81,7 +81,13 @@ def open_store(uri: str | None) -> tuple[MlflowClient, str]:
     return client, resolved
 
 
-def _run(r: Any) -> Run:
+def _run(r: Any, client: MlflowClient | None = None) -> Run:
+    """A run as the report reads it; one that recorded its per-class values as a table (many
+    classes) gets them as the metric keys a run with few classes has (``final/recall/<class>``),
+    from its ``per_class/final.json``."""
+    metrics = dict(r.data.metrics)
+    if client is not None and r.data.tags.get("per_class") == "table":
+        metrics.update(_class_table_metrics(client, r.info.run_id))
     return Run(
         run_id=r.info.run_id,
         experiment_id=r.info.experiment_id,
@@ -90,8 +96,23 @@ def _run(r: Any) -> Run:
         start_time=r.info.start_time or 0,
         tags=dict(r.data.tags),
         params=dict(r.data.params),
-        metrics=dict(r.data.metrics),
+        metrics=metrics,
     )
+
+
+def _class_table_metrics(client: MlflowClient, run_id: str) -> dict[str, float]:
+    import json
+    import tempfile
+
+    from runner.record import read_class_table
+
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            path = client.download_artifacts(run_id, "per_class/final.json", folder)
+        except MlflowException:  # the run did not get to its end
+            return {}
+        table = read_class_table(json.loads(Path(path).read_text()))
+    return {f"{column}/{name}": v for column, values in table.items() for name, v in values.items()}
 
 
 def experiment_id(client: MlflowClient, uri: str, name: str) -> str:
@@ -104,20 +125,22 @@ def experiment_id(client: MlflowClient, uri: str, name: str) -> str:
 
 def get_run(client: MlflowClient, uri: str, run_id: str) -> Run:
     try:
-        return _run(client.get_run(run_id))
+        return _run(client.get_run(run_id), client)
     except MlflowException:
         raise StoreError(f"no run {run_id!r} at {uri}") from None
 
 
 def child_runs(client: MlflowClient, parent: Run) -> list[Run]:
     """Every (non-deleted) child run of a sweep's parent run, any status, newest first."""
-    return [_run(r) for r in tracking.child_runs(client, parent.experiment_id, parent.run_id)]
+    return [
+        _run(r, client) for r in tracking.child_runs(client, parent.experiment_id, parent.run_id)
+    ]
 
 
 def experiment_runs(client: MlflowClient, experiment_id_: str) -> list[Run]:
     """Every (non-deleted) training run of an experiment, any status (sweep parents left out)."""
     runs = client.search_runs([experiment_id_], max_results=50_000)
-    return [_run(r) for r in runs if r.data.tags.get("sweep") != "parent"]
+    return [_run(r, client) for r in runs if r.data.tags.get("sweep") != "parent"]
 
 
 def latest_sweep(client: MlflowClient, experiment_id_: str) -> Run | None:

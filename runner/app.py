@@ -16,9 +16,10 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from runner.checks import check_objective
-from runner.distributed import command, from_main, is_main
+from runner.distributed import backend, command, from_main, is_main
 from runner.fit import checkpoint_payload, fit
 from runner.parts import Parts, Progress, active_sweeper, build_parts, checkpoint_path, choices
+from runner.record import environment, system_metrics
 from runner.results import RESULT_PREFIXES, record_results, summary_text
 from runner.resume import resume_target, saved_checkpoint, without_client
 from runner.signals import Interrupted, stop_on_signals
@@ -89,9 +90,11 @@ def _train_recorded(
                 parts.state.epoch + 1,
                 f", batch {parts.state.batch + 1}" if parts.state.batch else "",
             )
-        recorder.set_tags({"checkpoint": str(path)})
-        fit(cfg, parts, recorder, progress, path, logged_through)
-        results = record_results(cfg, parts, progress, recorder, path)
+        how = environment(parts.device, parts.state.world_size, backend())
+        recorder.set_tags({"checkpoint": str(path), **how})  # a resumed run: how it ran last
+        with system_metrics(cfg, recorder, resumed):
+            fit(cfg, parts, recorder, progress, path, logged_through)
+            results = record_results(cfg, parts, progress, recorder, path)
     except Interrupted as stop:
         if stop.safe:
             save_checkpoint(path, checkpoint_payload(parts, progress))

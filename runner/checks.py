@@ -66,6 +66,7 @@ CONSTRAINTS = (
     Constraint("trainer.gamma", float, low=0, open_low=True, example="the lr decay factor"),
     Constraint("tracking.retries", int, low=0),
     Constraint("tracking.request_timeout", int, low=1, example="seconds per attempt"),
+    Constraint("tracking.per_class_max", int, low=1, example="above it, per-class tables"),
     Constraint("eval.many_shot", int, low=0),
     Constraint("eval.few_shot", int, low=0, high="eval.many_shot"),
 )
@@ -146,8 +147,9 @@ def check_targets(cfg: DictConfig) -> None:
                 f"{group}._target_", f"cannot import {node._target_!r} ({err})"
             ) from None
         known = accepted_parameters(target)
-        for key in node:
-            if str(key).startswith("_"):
+        for name in node:
+            key = str(name)
+            if key.startswith("_"):
                 continue
             if key in supplied:
                 raise config_error(
@@ -155,7 +157,7 @@ def check_targets(cfg: DictConfig) -> None:
                 )
             if key not in known:
                 raise config_error(
-                    f"{group}.{key!s}",
+                    f"{group}.{key}",
                     f"unknown parameter of {node._target_}; known: {sorted(known - supplied)}",
                 )
     if cfg.trainer.classifier_epochs and not hasattr(get_method(cfg.model._target_), "classifier"):

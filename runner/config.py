@@ -69,6 +69,10 @@ class TrackingConfig:
     reference: str | None = MISSING
     retries: int = MISSING
     request_timeout: int = MISSING
+    log_model: bool = MISSING
+    register: str | None = MISSING
+    per_class_max: int = MISSING
+    system_metrics: bool = MISSING
 
 
 @dataclass
@@ -121,6 +125,10 @@ RUNTIME_KEYS = (
     "tracking.uri",
     "tracking.retries",
     "tracking.request_timeout",
+    "tracking.log_model",
+    "tracking.register",
+    "tracking.per_class_max",
+    "tracking.system_metrics",
     "trainer.progress",
     "trainer.threads",
     "trainer.device",
@@ -142,6 +150,10 @@ ADDED_RUNTIME_KEYS = (
     "objective_on_test",
     "tracking.retries",
     "tracking.request_timeout",
+    "tracking.log_model",
+    "tracking.register",
+    "tracking.per_class_max",
+    "tracking.system_metrics",
 )
 ADDED_DEFAULTS = {"data.val_fraction": 0}  # keys added since, with the value runs had before
 

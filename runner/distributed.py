@@ -62,6 +62,11 @@ def _joined() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def backend() -> str | None:
+    """The process group's backend (nccl, gloo), or None in a single process."""
+    return str(dist.get_backend()) if _joined() else None
+
+
 def is_main() -> bool:
     """Rank 0, or a single process: the one that tracks and writes files."""
     return not _joined() or dist.get_rank() == 0

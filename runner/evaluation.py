@@ -10,6 +10,8 @@ import torch
 
 from runner.config import HEADLINE
 
+PER_CLASS = ("recall", "precision", "f1")
+
 
 @dataclass
 class Evaluation:
@@ -45,13 +47,21 @@ class Evaluation:
         ]
         return "  ".join(parts)
 
-    def metrics(self, class_names: list[str], prefix: str = "test") -> dict[str, float]:
-        """Flat metric dict; a shot group with no classes (NaN) is left out."""
+    def metrics(
+        self, class_names: list[str], prefix: str = "test", per_class: bool = True
+    ) -> dict[str, float]:
+        """Flat metric dict: the headline, and with ``per_class`` one key per class and value
+        (``test/recall/<class>``); a shot group with no classes (NaN) is left out."""
         out = self.headline(prefix)
-        for per_class in ("recall", "precision", "f1"):
-            for name, value in zip(class_names, getattr(self, per_class), strict=True):
-                out[f"{prefix}/{per_class}/{name}"] = float(value)
+        if per_class:
+            for kind, values in self.class_columns(prefix).items():
+                for name, value in zip(class_names, values, strict=True):
+                    out[f"{kind}/{name}"] = float(value)
         return {k: v for k, v in out.items() if not np.isnan(v)}
+
+    def class_columns(self, prefix: str = "test") -> dict[str, np.ndarray]:
+        """The per-class values as columns (``test/recall``: one value per class)."""
+        return {f"{prefix}/{kind}": getattr(self, kind) for kind in PER_CLASS}
 
     def state_dict(self) -> dict[str, Any]:
         """Plain values and tensors, loadable with ``torch.load(weights_only=True)``."""

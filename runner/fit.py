@@ -28,6 +28,7 @@ from runner.evaluation import Evaluation, evaluate
 from runner.feeding import Feed
 from runner.losses import LDAMLoss
 from runner.parts import Parts, Progress
+from runner.record import class_table, per_class_as_table
 from runner.signals import raise_if_stopped, stop_on_signals
 from runner.state import (
     TrainState,
@@ -158,17 +159,17 @@ def _check_finite(state: TrainState, losses_so_far: torch.Tensor, per_batch: int
 
 
 def sampling_metrics(
-    sampler: Sampler, delivered: torch.Tensor, class_names: list[str]
+    sampler: Sampler, delivered: torch.Tensor, class_names: list[str], per_class: bool = True
 ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
-    """What was drawn against what the sampler intended, per class and in summary."""
+    """What was drawn against what the sampler intended: in summary, and with ``per_class``
+    one key per class (the shares are returned either way)."""
     target = sampler.target_class_shares()
     stats = sampling_stats(delivered, sampler.labels, target, sampler.num_classes)
-    metrics = {
-        f"sampling/share/{n}": float(s) for n, s in zip(class_names, stats.shares, strict=True)
-    }
-    metrics.update(
-        {f"sampling/target/{n}": float(t) for n, t in zip(class_names, target, strict=True)}
-    )
+    metrics: dict[str, float] = {}
+    if per_class:
+        for n, s, t in zip(class_names, stats.shares, target, strict=True):
+            metrics[f"sampling/share/{n}"] = float(s)
+            metrics[f"sampling/target/{n}"] = float(t)
     metrics.update(
         {
             "sampling/unique_ratio": stats.unique_ratio,
@@ -204,6 +205,7 @@ def fit(
     show = trainer.progress and sys.stderr.isatty()
     steps = batches_per_epoch(parts.sampler, trainer.batch_size)
     last = total_epochs(trainer)
+    tabled = per_class_as_table(cfg, data.num_classes)  # many classes: one table an epoch
     with stop_on_signals(deferred=True):
         while state.epoch < last:
             if state.epoch >= trainer.epochs and not state.classifier_only:
@@ -238,22 +240,26 @@ def fit(
                 ) from diverged
             finally:
                 bar.close()
-            metrics, drawn, target = sampling_metrics(parts.sampler, result.delivered, names)
+            sampler = parts.sampler
+            metrics, drawn, target = sampling_metrics(sampler, result.delivered, names, not tabled)
             progress.drawn.append(drawn)
             progress.target.append(target)
+            columns: dict[str, Any] = {"sampling/share": drawn, "sampling/target": target}
             metrics["train/loss"] = result.mean_loss
             metrics["train/lr"] = state.optimizer.param_groups[0]["lr"]
             stage_one_ends = state.epoch == trainer.epochs < last
             if state.epoch % trainer.eval_every == 0 or state.epoch == last or stage_one_ends:
                 evaluation = _evaluate(cfg, parts, test_x, test_y)
-                metrics.update(evaluation.metrics(names))
+                metrics.update(evaluation.metrics(names, per_class=not tabled))
+                columns.update(evaluation.class_columns("test"))
                 if stage_one_ends:
-                    metrics.update(evaluation.metrics(names, "stage1"))
+                    metrics.update(evaluation.metrics(names, "stage1", per_class=not tabled))
                 progress.latest = evaluation
                 score = evaluation.balanced_accuracy
                 if val_x is not None and data.val_y is not None:  # the honest best epoch
                     validation = _evaluate(cfg, parts, val_x, data.val_y.numpy())
-                    metrics.update(validation.metrics(names, "val"))
+                    metrics.update(validation.metrics(names, "val", per_class=not tabled))
+                    columns.update(validation.class_columns("val"))
                     progress.latest_val = validation
                     score = validation.balanced_accuracy
                 if score > progress.best_score:
@@ -271,6 +277,9 @@ def fit(
                 )
             if epoch > logged_through:
                 recorder.log_metrics(metrics, step=epoch)
+                if tabled:
+                    table = class_table(names, columns)
+                    recorder.log_table(f"per_class/epoch_{epoch:04d}.json", table)
             every = trainer.checkpoint_every
             if every and (state.epoch % every == 0 or state.epoch == last):
                 save_checkpoint(path, checkpoint_payload(parts, progress))

@@ -3,15 +3,19 @@ the console summary, and the value a sweeper optimises (:func:`objective`)."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from omegaconf import DictConfig
 
 from runner.distributed import is_main
+from runner.models import Predictor
 from runner.parts import Parts, Progress
+from runner.record import class_table, per_class_as_table
 from runner.state import total_epochs
 from runner.tracking import Recorder
 
@@ -54,13 +58,29 @@ def record_results(
     names = parts.data.class_names
     final, best = progress.latest, progress.best
     assert final is not None and best is not None  # the last epoch always evaluates
-    summary = final.metrics(names, "final")
+    tabled = per_class_as_table(cfg, len(names))
+    summary = final.metrics(names, "final", per_class=not tabled)
+    columns = {
+        "data/train_count": parts.data.train_counts.numpy(),
+        "data/test_count": final.support,
+        **final.class_columns("final"),
+        "sampling/share": progress.drawn[-1],
+        "sampling/target": progress.target[-1],
+    }
     chosen_on = "the test set (optimistic: compare final values)"
     if parts.data.val_x is not None:
         chosen_on = "the validation split"
-        summary.update({**best.metrics(names, "best"), "best/epoch": progress.best_epoch})
-    if recorder.last_step("final/balanced_accuracy") != total_epochs(cfg.trainer):
-        recorder.log_metrics(summary, step=total_epochs(cfg.trainer))  # once, also when resumed
+        summary.update(best.metrics(names, "best", per_class=not tabled))
+        summary["best/epoch"] = progress.best_epoch
+        columns.update(best.class_columns("best"))
+    last = total_epochs(cfg.trainer)
+    if recorder.last_step("final/balanced_accuracy") != last:
+        # Once, also when the run is resumed after its end was cut short.
+        if tabled:
+            recorder.log_table("per_class/final.json", class_table(names, columns))
+        recorder.log_metrics(summary, step=last)
+        if cfg.tracking.log_model and is_main():  # its metrics: the final step's, just logged
+            recorder.log_model(*_predictor(parts), names, cfg.tracking.register, last)
     results = {**summary, **final.headline("test")}
     if progress.latest_val is not None:
         results.update(progress.latest_val.headline("val"))
@@ -81,6 +101,15 @@ def record_results(
 
             plt.close(figure)
     return results
+
+
+def _predictor(parts: Parts) -> tuple[torch.nn.Module, np.ndarray]:
+    """The model to log (on the CPU, in eval mode, taking samples as they are stored) and an
+    input example: the first two test samples."""
+    test_x = parts.data.test_x
+    rows = test_x[:2] if torch.is_tensor(test_x) else test_x.__getitems__([0, 1])
+    model = copy.deepcopy(parts.state.model).cpu()
+    return Predictor(model, parts.data.normalize).eval(), rows.cpu().numpy()
 
 
 def objective(cfg: DictConfig, results: dict[str, float]) -> float:

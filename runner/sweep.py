@@ -116,7 +116,7 @@ def _check_sweeper(config: DictConfig) -> None:
 
 
 def _parent_run(client: Any, uri: str, config: DictConfig) -> str:
-    from runner.tracking import experiment_id, find_run, git_commit
+    from runner.tracking import context_tags, experiment_id, find_run
 
     if config.get("resume"):
         parent = find_run(client, uri, config.resume)
@@ -132,7 +132,7 @@ def _parent_run(client: Any, uri: str, config: DictConfig) -> str:
     run = client.create_run(
         experiment_id(client, uri, config.tracking.experiment),
         run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
-        tags={"sweep": "parent", "overrides": " ".join(overrides), "git_commit": git_commit()},
+        tags=context_tags({"sweep": "parent", "overrides": " ".join(overrides)}),
     )
     return str(run.info.run_id)
 

@@ -120,6 +120,19 @@ def git_commit() -> str:
         return "unknown"
 
 
+def context_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """``tags`` with MLflow's context tags resolved as ``mlflow.start_run`` resolves them (the
+    source, its type and git commit, the user): ``client.create_run`` alone sets none of them."""
+    from mlflow.tracking.context.registry import resolve_tags
+
+    resolved_tags = resolve_tags(dict(tags))
+    if "mlflow.source.git.commit" not in resolved_tags:  # e.g. run from outside the checkout
+        commit = git_commit()
+        if commit != "unknown":
+            resolved_tags["mlflow.source.git.commit"] = commit
+    return resolved_tags
+
+
 def _chunks(items: list, size: int) -> Iterable[list]:
     return (items[i : i + size] for i in range(0, len(items), size))
 
@@ -144,6 +157,19 @@ class Recorder(Protocol):
     def finish(self, status: str = "FINISHED") -> None: ...
 
     def where(self) -> str: ...
+
+    def log_inputs(self, datasets: list[Any]) -> None: ...
+
+    def log_table(self, name: str, table: dict[str, list[Any]]) -> None: ...
+
+    def log_model(
+        self,
+        model: torch.nn.Module,
+        example: Any,
+        class_names: list[str],
+        register: str | None,
+        step: int,
+    ) -> None: ...
 
 
 class Tracker:
@@ -171,7 +197,7 @@ class Tracker:
         uri = resolve_uri(uri)
         client = MlflowClient(tracking_uri=uri)
         experiment = experiment_id(client, uri, experiment)
-        tags = dict(tags)
+        tags = context_tags(tags)
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
         tracker = cls(client, uri, client.create_run(experiment, run_name=run_name, tags=tags))
@@ -241,6 +267,55 @@ class Tracker:
                     content.savefig(path, dpi=110, bbox_inches="tight")
             self._call("uploading artifacts", lambda: self.client.log_artifacts(self.run_id, tmp))
 
+    def log_inputs(self, datasets: list[Any]) -> None:
+        """MLflow dataset inputs (:func:`runner.record.dataset_inputs`): the UI's "Datasets"."""
+        self._call("logging datasets", lambda: self.client.log_inputs(self.run_id, datasets))
+
+    def log_table(self, name: str, table: dict[str, list[Any]]) -> None:
+        """A table artifact (MLflow's JSON table format) at ``name``."""
+        self._call(
+            f"logging the table {name}",
+            lambda: self.client.log_table(self.run_id, data=table, artifact_file=name),
+        )
+
+    def log_model(
+        self,
+        model: torch.nn.Module,
+        example: Any,
+        class_names: list[str],
+        register: str | None,
+        step: int,
+    ) -> None:
+        """``model`` as an MLflow model (a LoggedModel named ``model`` of this run, with its
+        signature, an input example and the class names), registered as ``register`` if given:
+        ``mlflow.pytorch.load_model("runs:/<run id>/model")`` loads it. MLflow links the
+        metrics of ``step`` to it (logging them again with the model's id)."""
+        from mlflow.models import infer_signature
+
+        from runner.record import mlflow_pytorch
+
+        with torch.no_grad():
+            outputs = model(torch.as_tensor(example)).numpy()
+
+        def log() -> None:
+            # The fluent API names the experiment the model goes to: the run's own.
+            mlflow.set_tracking_uri(self.uri)
+            mlflow.set_experiment(experiment_id=self.experiment_id)
+            mlflow_pytorch().log_model(
+                model,
+                name="model",
+                run_id=self.run_id,
+                signature=infer_signature(example, outputs),
+                input_example=example,
+                metadata={"class_names": class_names},
+                # Named, so that MLflow need not infer them by loading the model elsewhere.
+                pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"],
+                registered_model_name=register,
+                step=step,
+            )
+
+        self._call("logging the model", log)
+
     def finish(self, status: str = "FINISHED") -> None:
         """End the run as FINISHED, FAILED or KILLED. A signal meanwhile waits until the status
         is written (then raises :class:`Interrupted`): a run must not stay RUNNING because
@@ -274,6 +349,22 @@ class Bystander:
         pass
 
     def log_rows(self, rows: list[Row]) -> None:
+        pass
+
+    def log_inputs(self, datasets: list[Any]) -> None:
+        pass
+
+    def log_table(self, name: str, table: dict[str, list[Any]]) -> None:
+        pass
+
+    def log_model(
+        self,
+        model: torch.nn.Module,
+        example: Any,
+        class_names: list[str],
+        register: str | None,
+        step: int,
+    ) -> None:
         pass
 
     def last_step(self, key: str) -> int | None:
@@ -335,8 +426,11 @@ def start_run(
     parent_run_id: str | None = None,
 ) -> Tracker:
     """A new run for ``cfg``: its name, tags (the config choices, a published recipe, the
-    overrides, the config's fingerprint), every resolved parameter, the data's class counts at
-    step 0 and ``config.yaml``; nested under ``parent_run_id`` (a sweep's parent) when given."""
+    overrides, the config's fingerprint, MLflow's context tags), every resolved parameter, the
+    data's class counts at step 0 (a table with many classes), its datasets (one per split) and
+    ``config.yaml``; nested under ``parent_run_id`` (a sweep's parent) when given."""
+    from runner.record import class_table, dataset_inputs, per_class_as_table
+
     names = {group: choices[group] for group in ("sampler", "data", "model", "loss")}
     overridden = {o.split("=")[0].lstrip("+~") for o in overrides}
     # A published recipe (conf/method/: sampler, loss and settings); not when sampler= or loss=
@@ -346,11 +440,12 @@ def start_run(
     tags = dict(names)
     if cfg.tracking.reference:
         tags["reference"] = cfg.tracking.reference
+    tabled = per_class_as_table(cfg, data.num_classes)
     tags.update(
         imbalance_factor=str(data.imbalance_factor),
-        git_commit=git_commit(),
         overrides=" ".join(overrides) or "(none)",
         config_key=config_key(cfg),
+        per_class="table" if tabled else "metrics",
     )
     # Short parameters with the choice names, to group and filter by in the UI.
     params = {**flatten(resolved(cfg)), **names}
@@ -362,14 +457,17 @@ def start_run(
         tags=tags,
         parent_run_id=parent_run_id,
     )
-    counts = {
-        f"data/train_count/{n}": int(c)
-        for n, c in zip(data.class_names, data.train_counts, strict=True)
-    }
     test_counts = torch.bincount(data.test_y, minlength=data.num_classes)
-    counts.update(
-        {f"data/test_count/{n}": int(c) for n, c in zip(data.class_names, test_counts, strict=True)}
-    )
-    tracker.log_metrics(counts, step=0)
+    if tabled:
+        columns = {"data/train_count": data.train_counts, "data/test_count": test_counts}
+        tracker.log_table("per_class/data.json", class_table(data.class_names, columns))
+    else:
+        counts = {
+            f"data/{kind}/{n}": int(c)
+            for kind, values in (("train_count", data.train_counts), ("test_count", test_counts))
+            for n, c in zip(data.class_names, values, strict=True)
+        }
+        tracker.log_metrics(counts, step=0)
+    tracker.log_inputs(dataset_inputs(cfg, data))
     tracker.log_artifacts({"config.yaml": OmegaConf.to_yaml(resolved(cfg))})
     return tracker

@@ -16,6 +16,7 @@ COMMAND = [
     "sampler=uniform,hybrid",
     "seed=0,1",
     "trainer.epochs=2",
+    "data.val_per_class=10",
     "tracking.plots=false",
 ]
 

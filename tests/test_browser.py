@@ -17,6 +17,7 @@ from experiments.browser import (
     mlflow_ui,
     parent_row,
     report_artifact,
+    run_overview,
 )
 from tests.sweeps import tiny_sweep
 
@@ -58,6 +59,22 @@ def test_the_mlflow_ui_shows_the_answer_on_the_parent_run(sweep, tmp_path):
             shots / "mlflow_report.png",
             "Plots",
         )
+        (child,) = MlflowClient(tracking_uri=sweep.uri).search_runs(
+            [sweep.experiment_id], "tags.sampler = 'hybrid' and params.seed = '0'"
+        )
+        overview = run_overview(
+            page,
+            base,
+            sweep.experiment_id,
+            child.info.run_id,
+            ["synthetic_lt-train", "Training"],
+            shots / "mlflow_child_run.png",
+        )
+    # The run page lists its datasets (the training one, "+2" more: validation and test) and
+    # links its final metrics to the logged model.
+    datasets = overview.split("Datasets", 1)[1].split("Tags", 1)[0]
+    assert "synthetic_lt-train" in datasets and "Training" in datasets and "+2" in datasets
+    assert "Models" in overview and "\nmodel\n" in overview, overview
     assert "Final test metrics per strategy" in text and "best by balanced accuracy" in text
     assert "baseline" in text and "hybrid" in text
     assert images == 3  # the three plots, embedded, all decoded

@@ -13,7 +13,7 @@ import pytest
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
 
 RUN = [sys.executable, "-m", "runner"]
-QUICK = ["trainer.epochs=2", "tracking.plots=false"]
+QUICK = ["trainer.epochs=2", "tracking.plots=false", "tracking.log_model=false"]
 
 
 def cli(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:

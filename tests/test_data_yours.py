@@ -23,7 +23,12 @@ from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
-QUICK = ["trainer.progress=false", "tracking.plots=false", "trainer.threads=1"]
+QUICK = [
+    "trainer.progress=false",
+    "tracking.plots=false",
+    "tracking.log_model=false",
+    "trainer.threads=1",
+]
 
 
 def _only_run(uri: str):

@@ -21,6 +21,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from runner.data import Augment, augment_batch
+from tests.helpers.record import assert_record
 from tests.processes import check_exit
 
 pytestmark = pytest.mark.ddp  # several real processes in one process group
@@ -31,6 +32,7 @@ SAMPLERS = ("uniform", "hard_mined", "fixed_class")
 # so the 2-rank epoch is the 1-rank epoch without padding (fixed_class: 14 batches of 8 x 16).
 CONFIG = [
     "data.n_max=200",
+    "data.val_per_class=5",
     "data.imbalance_factor=10",
     "trainer.epochs=8",
     "trainer.classifier_epochs=2",  # and cRT's stage two: DDP rebuilt around the classifier
@@ -163,6 +165,10 @@ def test_two_ranks_train_as_one_process_with_the_global_batch(sampler, launched,
     process, log, uri = launched[sampler]
     run = _finished(process, log, uri)
     _assert_same(_history(uri, run.info.run_id), one_process[sampler])
+    if sampler == "uniform":  # the record says two processes trained it, and keeps the model
+        contexts = {"training", "validation", "test"}
+        assert_record(uri, run.info.run_id, [*CONFIG, f"sampler={sampler}"], contexts, 2)
+        assert run.data.tags["backend"] == "gloo"
 
 
 def test_sigterm_to_torchrun_kills_the_run_and_resume_finishes_it(launched, one_process):

@@ -135,7 +135,14 @@ def bad_inputs(tmp_path_factory, migrated_store):
         extra = [] if any(a.startswith("tracking.uri=") for a in args) else [f"tracking.uri={uri}"]
         started = time.perf_counter()
         done = subprocess.run(
-            [*RUN, "trainer.epochs=1", "trainer.progress=false", *extra, *args],
+            [
+                *RUN,
+                "trainer.epochs=1",
+                "trainer.progress=false",
+                "tracking.log_model=false",
+                *extra,
+                *args,
+            ],
             cwd=tmp,
             capture_output=True,
             text=True,

@@ -22,7 +22,12 @@ from tests.test_resume import history, only_run, start, wait_for
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
 
 RUN = [sys.executable, "-m", "runner"]
-QUICK = ["trainer.progress=false", "tracking.plots=false", "trainer.threads=1"]
+QUICK = [
+    "trainer.progress=false",
+    "tracking.plots=false",
+    "tracking.log_model=false",
+    "trainer.threads=1",
+]
 
 
 def said(stderr: str) -> list[str]:

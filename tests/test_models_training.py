@@ -40,6 +40,7 @@ def test_short_training_beats_chance(model, data, floor, tracking_uri):
             "trainer.epochs=8",
             "trainer.batch_size=32",
             "trainer.progress=false",
+            "tracking.log_model=false",
             "tracking.plots=false",
             f"tracking.uri={tracking_uri}",
         ]

@@ -27,6 +27,7 @@ QUICK = [
     "trainer.progress=false",
     "trainer.threads=1",
     "trainer.checkpoint_every=0",
+    "tracking.log_model=false",
 ]
 
 

@@ -16,7 +16,8 @@ from experiments.published import PUBLISHED
 from experiments.report import main, publish
 from experiments.stats import paired_difference, t_interval
 from runner.tracking import Tracker
-from tests.sweeps import tiny_sweep
+from tests.helpers.record import assert_record
+from tests.sweeps import COMMAND, tiny_sweep
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
@@ -283,6 +284,17 @@ def test_a_real_sweep_reports_onto_its_parent_run(sweep, capsys):
     metrics = client.get_run(sweep.parent_run_id).data.metrics
     assert metrics["summary/hybrid/n_seeds"] == metrics["summary/uniform/n_seeds"] == 2
     assert 0 <= metrics["summary/hybrid/final_balanced_accuracy_mean"] <= 1
+    # A child's record: how it ran, its three datasets, a model with its own predictions.
+    (child,) = client.search_runs(
+        [sweep.experiment_id], "tags.sampler = 'uniform' and params.seed = '1'"
+    )
+    child_overrides = [o for o in COMMAND if not o.startswith(("sampler=", "seed="))]
+    assert_record(
+        sweep.uri,
+        child.info.run_id,
+        [*child_overrides, "sampler=uniform", "seed=1"],
+        {"training", "validation", "test"},
+    )
     assert "summary/hybrid/vs_uniform_few_accuracy_ci95" in metrics
     # The CLI finds the newest sweep of the study's experiment by itself, prints, logs nothing.
     assert main(["--uri", sweep.uri, "--experiment", "study-synthetic", "--no-log"]) == 0

@@ -30,6 +30,7 @@ LONG = [
     "trainer.batch_size=16",
     "trainer.progress=false",
     "tracking.plots=false",
+    "tracking.log_model=false",
 ]
 
 

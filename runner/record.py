@@ -1,0 +1,172 @@
+"""What a run's MLflow record holds beside its metrics: where and how it ran (the machine and the
+process group, as tags), which data it saw (an MLflow dataset per split, with a digest that
+changes when the data, the split or the cut change), and per-class values as tables when there
+are too many classes for one metric key each. :class:`runner.tracking.Tracker` writes them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import socket
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from runner.config import RUNTIME_KEYS, resolved
+from runner.data import LongTailData, Samples
+
+HASH_ROWS = 4096  # samples hashed at a time: a memory-mapped file is read in pieces
+CONTEXTS = {"train": "training", "val": "validation", "test": "test"}  # MLflow's context names
+
+
+def environment(device: torch.device, world_size: int, backend: str | None) -> dict[str, str]:
+    """Tags that say how the run trained: the processes and their backend, the device (and the
+    GPU's name), the precision, the library versions, the threads, the host."""
+    import torchvision
+
+    cuda = device.type == "cuda"
+    return {
+        "world_size": str(world_size),
+        "backend": backend or "none",
+        "device": device.type,
+        "gpu": torch.cuda.get_device_name(device) if cuda else "none",
+        "precision": "bfloat16 autocast" if cuda else "float32",
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "cuda": torch.version.cuda or "none",
+        "threads": str(torch.get_num_threads()),
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+    }
+
+
+def mlflow_pytorch() -> Any:
+    """``mlflow.pytorch``, imported without PyTorch Lightning: MLflow imports Lightning there for
+    its autologging alone, which logging or loading a model never uses, and that import takes
+    5-12 s (a short run's whole training time) wherever Lightning is installed."""
+    if "mlflow.pytorch" in sys.modules or "pytorch_lightning" in sys.modules:
+        import mlflow.pytorch
+
+        return mlflow.pytorch
+    sys.modules["pytorch_lightning"] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        import mlflow.pytorch
+    finally:
+        del sys.modules["pytorch_lightning"]
+    return mlflow.pytorch
+
+
+@contextmanager
+def system_metrics(cfg: DictConfig, recorder: Any, resumed: bool) -> Iterator[None]:
+    """MLflow's own system metrics (CPU, memory, GPU; ``system/*``) while the block runs, with
+    ``tracking.system_metrics``, on the process that records; otherwise nothing."""
+    run_id, uri = getattr(recorder, "run_id", None), getattr(recorder, "uri", None)
+    if not cfg.tracking.system_metrics or uri is None:
+        yield
+        return
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    monitor = SystemMetricsMonitor(run_id, resume_logging=resumed, tracking_uri=uri)
+    monitor.start()
+    try:
+        yield
+    finally:
+        monitor.finish()
+
+
+def _digest_of(samples: Any, labels: torch.Tensor) -> str:
+    """A fingerprint of what one split holds: its labels and its samples' values (read in
+    pieces; for a dataset that decodes on demand, the rows it holds and, where the dataset lists
+    them, its files' names, sizes and times). The same data gives the same digest, whatever
+    config led to it; another cut, split or file gives another."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(labels.numpy().tobytes())
+    if torch.is_tensor(samples):
+        for start in range(0, len(samples), HASH_ROWS):
+            digest.update(samples[start : start + HASH_ROWS].contiguous().numpy().tobytes())
+    elif isinstance(samples, Samples) and not samples.decodes:
+        for start in range(0, len(samples), HASH_ROWS):
+            rows = range(start, min(start + HASH_ROWS, len(samples)))
+            digest.update(samples.__getitems__(list(rows)).contiguous().numpy().tobytes())
+    elif isinstance(samples, Samples):
+        digest.update(samples.indices.tobytes())
+        for path, _ in getattr(samples.base, "samples", [])[:: max(1, len(samples) // 10_000)]:
+            stat = os.stat(path)
+            digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()
+
+
+def _source(data_cfg: dict[str, Any]) -> Any:
+    """Where the data comes from: its file or folder, else the code that makes it."""
+    from mlflow.data.code_dataset_source import CodeDatasetSource
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+
+    place = (
+        data_cfg.get("path") or data_cfg.get("root") or (data_cfg.get("dataset") or {}).get("root")
+    )
+    if place:
+        return resolve_dataset_source(str(Path(str(place)).expanduser().resolve()))
+    return CodeDatasetSource(tags={k: str(v) for k, v in data_cfg.items()})
+
+
+def dataset_inputs(cfg: DictConfig, data: LongTailData) -> list[Any]:
+    """One MLflow dataset input per split (training: the long-tailed cut; validation; test),
+    each with the context MLflow's UI shows and a digest of exactly what that split holds."""
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import DatasetInput, InputTag
+
+    data_cfg = resolved(cfg)["data"]
+    for key in RUNTIME_KEYS:  # how the data is fed is not what it is
+        if key.startswith("data."):
+            data_cfg.pop(key.removeprefix("data."), None)
+    source = _source(data_cfg)
+    splits = {"train": (data.train_x, data.train_y), "test": (data.test_x, data.test_y)}
+    if data.val_x is not None and data.val_y is not None:
+        splits["val"] = (data.val_x, data.val_y)
+    inputs = []
+    for split, (samples, labels) in splits.items():
+        # MLflow's own metadata-only dataset; its stub marks ``profile`` abstract, it is not.
+        dataset = MetaDataset(  # type: ignore[abstract]
+            source,
+            name=f"{data.name}-{split}",
+            digest=_digest_of(samples, labels)[:16],
+        )
+        context = InputTag(key="mlflow.data.context", value=CONTEXTS[split])
+        inputs.append(DatasetInput(dataset=dataset._to_mlflow_entity(), tags=[context]))
+    return inputs
+
+
+def per_class_as_table(cfg: DictConfig, num_classes: int) -> bool:
+    """Whether per-class values go into tables: above ``tracking.per_class_max`` classes a
+    metric key per class and value would be thousands of columns in MLflow's UI."""
+    return num_classes > cfg.tracking.per_class_max
+
+
+def class_table(class_names: Sequence[str], columns: dict[str, Any]) -> dict[str, list[Any]]:
+    """Per-class values as one table (``{"class": names, column: values}``), the form many
+    classes are recorded in instead of a metric key per class and value."""
+    table: dict[str, list[Any]] = {"class": list(class_names)}
+    for name, values in columns.items():
+        values = np.asarray(values).tolist()
+        assert len(values) == len(class_names), name
+        table[name] = values
+    return table
+
+
+def read_class_table(payload: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """A table as MLflow stores it (``{"columns": [...], "data": [[...], ...]}``) -> column ->
+    class -> value."""
+    columns = payload["columns"]
+    at = {name: i for i, name in enumerate(columns)}
+    out: dict[str, dict[str, float]] = {name: {} for name in columns if name != "class"}
+    for row in payload["data"]:
+        for name in out:
+            out[name][str(row[at["class"]])] = float(row[at[name]])
+    return out

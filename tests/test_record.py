@@ -1,0 +1,119 @@
+"""A run's MLflow record as MLflow users expect it, read back from a real store: where and how
+it ran, which data it saw (one dataset per split, digests that follow the data), the model it
+made (loadable, with the run's own predictions), and many classes as tables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from runner.parts import build
+from runner.record import dataset_inputs
+from tests.conftest import compose_config
+from tests.helpers.record import assert_record
+
+pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
+
+RUN = [sys.executable, "-m", "runner"]
+DIGITS = [
+    "data=digits_lt",
+    "model=small_cnn",
+    "model.width=8",
+    "data.val_per_class=5",
+    "trainer.epochs=2",
+    "trainer.progress=false",
+    "tracking.plots=false",
+]
+
+
+def _only_run(uri: str):
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
+    return client, run
+
+
+def test_a_run_records_how_it_ran_its_datasets_and_a_model_with_its_predictions(
+    tmp_path, tracking_uri
+):
+    done = subprocess.run(
+        [*RUN, *DIGITS, f"tracking.uri={tracking_uri}", "tracking.register=digits-cnn"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, run = _only_run(tracking_uri)
+    assert_record(tracking_uri, run.info.run_id, DIGITS, {"training", "validation", "test"})
+    tags = run.data.tags
+    assert tags["backend"] == "none" and tags["device"] == "cpu" and tags["precision"] == "float32"
+    (version,) = client.search_model_versions("name='digits-cnn'")
+    assert version.run_id == run.info.run_id  # registered as asked
+    assert {d.dataset.name for d in run.inputs.dataset_inputs} == {
+        f"digits_lt-{split}" for split in ("train", "val", "test")
+    }
+
+
+def test_the_datasets_digests_follow_the_data_the_split_and_the_cut():
+    def digests(*overrides: str) -> dict[str, str]:
+        cfg = compose_config(["data=digits_lt", "data.val_per_class=5", *overrides])
+        inputs = dataset_inputs(cfg, build("data", cfg.data))
+        return {d.dataset.name.rsplit("-", 1)[1]: d.dataset.digest for d in inputs}
+
+    base = digests()
+    assert digests() == base  # the same data: the same digests
+    cut = digests("data.imbalance_factor=5")
+    assert cut["train"] != base["train"] and cut["test"] == base["test"]
+    split = digests("data.val_per_class=6")
+    assert split["val"] != base["val"] and split["train"] != base["train"]
+    assert digests("data.data_seed=1")["test"] != base["test"]  # another held-out test split
+    assert digests("data.num_workers=2") == base  # how it is fed is not what it is
+
+
+def test_many_classes_are_tables_not_a_metric_key_each(tmp_path, tracking_uri):
+    """100 classes: the aggregates and shot groups as metrics, the per-class values in one
+    table per evaluation; the report reads them from the table."""
+    from experiments.report import build_report, markdown
+    from experiments.store import experiment_runs, open_store
+
+    done = subprocess.run(
+        [
+            *RUN,
+            "data.num_classes=100",
+            "data.val_per_class=3",
+            "trainer.epochs=2",
+            "trainer.progress=false",
+            "tracking.plots=false",
+            "tracking.log_model=false",
+            f"tracking.uri={tracking_uri}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, run = _only_run(tracking_uri)
+    assert run.data.tags["per_class"] == "table"
+    assert len(run.data.metrics) < 150, sorted(run.data.metrics)
+    assert {"final/balanced_accuracy", "final/few_accuracy", "val/balanced_accuracy"} <= set(
+        run.data.metrics
+    )
+    tables = {a.path for a in client.list_artifacts(run.info.run_id, "per_class")}
+    assert tables == {f"per_class/{n}.json" for n in ("data", "epoch_0001", "epoch_0002", "final")}
+    local = client.download_artifacts(run.info.run_id, "per_class/final.json", str(tmp_path))
+    final = json.loads(Path(local).read_text())
+    assert len(final["data"]) == 100 and "final/recall" in final["columns"]
+    store, uri = open_store(tracking_uri)
+    (read,) = experiment_runs(store, run.info.experiment_id)
+    assert len([k for k in read.metrics if k.startswith("final/recall/")]) == 100
+    text = markdown(build_report([read], "one run", plots=False))
+    # The shot groups come from the table's training counts: 100 classes in three groups.
+    groups = next(line for line in text.splitlines() if line.startswith("| synthetic_lt |"))
+    counts = [int(cell.split()[0]) for cell in groups.split("|")[3:6]]
+    assert sum(counts) == 100, groups
