@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments import tables
+from experiments.artifacts import values_of
 from experiments.race.race import Race, replay
+from experiments.race.tables import grid_decision
 
 LOADS: dict[str, list[float]] = {}
 GRID = ["+experiment=digits", "seed=range(10)", "data.val_per_class=20"]
@@ -89,8 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         grid_parent, grid_seconds = sweep(GRID, uri, "bench-race-grid", folder)
     grid_runs = tables.export_runs(uri, grid_parent)
     (tables.RESULTS / "digits_grid.json").write_text(json.dumps(grid_runs, indent=1) + "\n")
-    values = tables.values_of(grid_runs, OBJECTIVE)
-    decision = tables.grid_decision(values)
+    values = values_of(grid_runs, OBJECTIVE)
+    decision = grid_decision(values)
     seeds = decision["seeds"]
 
     race_args = [*GRID, "hydra/sweeper=race", f"hydra.sweeper.max_runs={args.max_runs}"]
