@@ -512,3 +512,35 @@ def test_shot_groups_follow_the_thresholds_each_run_recorded_and_none_are_guesse
         "of: hybrid, uniform: no many / medium / few classes for them." in unrecorded
     )
     assert "Many-shot: more than" not in unrecorded and "| synthetic_lt |" not in unrecorded
+
+
+def test_a_verdict_names_its_block_once():
+    """With two (data, model, loss) blocks the rows' labels carry their block; the verdict
+    sentences, which start with the block, name the strategies without it."""
+    from experiments.report import analyse, group_runs
+    from experiments.report.wording import verdicts
+    from experiments.store import Run
+
+    def run(data: str, sampler: str, seed: int, value: float) -> Run:
+        tags = {"sampler": sampler, "data": data, "model": "mlp", "loss": "ce"}
+        tags["overrides"] = f"sampler={sampler} seed={seed}"
+        return Run(
+            f"{data}{sampler}{seed}",
+            "1",
+            "r",
+            "FINISHED",
+            seed,
+            tags,
+            {"seed": str(seed)},
+            {"final/balanced_accuracy": value, "final/few_accuracy": value},
+        )
+
+    runs = [
+        run(data, sampler, seed, 0.5 + 0.1 * (sampler == "hybrid") + 0.01 * seed)
+        for data in ("digits_lt", "synthetic_lt")
+        for sampler in ("uniform", "hybrid")
+        for seed in range(3)
+    ]
+    lines = verdicts(analyse(group_runs(runs)))
+    assert lines and all(line.count("/mlp/ce:") == 1 for line in lines), lines
+    assert "digits_lt/mlp/ce: best by balanced accuracy: hybrid" in lines[0]

@@ -68,7 +68,8 @@ class Strategy:
     key: tuple[str, ...]  # data, model, loss (or "methods"), sampler (or method), variant
     runs: list[Run]  # one per seed, by seed
     repeats: list[Run] = field(default_factory=list)  # older runs of a configuration and seed
-    label: str = ""
+    label: str = ""  # the row's name in tables: its block too when there are several
+    name: str = ""  # ... without its block, for sentences that name the block already
     intervals: dict[str, Interval | None] = field(default_factory=dict)
     vs_baseline: dict[str, Paired | None] = field(default_factory=dict)
     baseline: Strategy | None = None
@@ -140,10 +141,8 @@ def _label(strategies: list[Strategy]) -> None:
     common = set.intersection(*(set(s.key[4].split()) for s in strategies)) if strategies else set()
     for s in strategies:
         extra = [o for o in s.key[4].split() if o not in common and o != "-"]
-        label = s.sampler + (f" [{' '.join(extra)}]" if extra else "")
-        if len(blocks) > 1:
-            label = f"{'/'.join(s.block)}: {label}"
-        s.label = label
+        s.name = s.sampler + (f" [{' '.join(extra)}]" if extra else "")
+        s.label = f"{'/'.join(s.block)}: {s.name}" if len(blocks) > 1 else s.name
 
 
 def analyse(strategies: list[Strategy], baseline: str | None = None) -> list[Strategy]:

@@ -74,11 +74,11 @@ def verdicts(strategies: list[Strategy]) -> list[str]:
         for other in members[1:]:
             p = paired_difference(top.values(RANKED_BY), other.values(RANKED_BY))
             if p is None or len(p.seeds) < 2:
-                unpaired.append(other.label)
+                unpaired.append(other.name)
             elif not p.difference.excludes_zero:
-                tied[other.label] = len(p.seeds)
-        ranking = ", ".join(f"{s.label} {mean(s, RANKED_BY):.4f}" for s in members)
-        answer = f"{prefix}best by balanced accuracy: {top.label}"
+                tied[other.name] = len(p.seeds)
+        ranking = ", ".join(f"{s.name} {mean(s, RANKED_BY):.4f}" for s in members)
+        answer = f"{prefix}best by balanced accuracy: {top.name}"
         if tied:
             if len(set(tied.values())) == 1:
                 names = ", ".join(tied)
@@ -92,7 +92,7 @@ def verdicts(strategies: list[Strategy]) -> list[str]:
         lines.append(f"{prefix}ranking (mean final balanced accuracy): {ranking}.")
         for other in members[1:]:
             p = paired_difference(top.values(RANKED_BY), other.values(RANKED_BY))
-            lines.append(prefix + compare(top.label, other.label, "balanced accuracy", p))
+            lines.append(prefix + compare(top.name, other.name, "balanced accuracy", p))
         base = top.baseline
         for s in members:
             if base is None or s is base:
@@ -100,7 +100,7 @@ def verdicts(strategies: list[Strategy]) -> list[str]:
             for metric in COMPARED:
                 if base.intervals.get(metric) and s.intervals.get(metric):
                     lines.append(
-                        prefix + compare(s.label, base.label, SPOKEN[metric], s.vs_baseline[metric])
+                        prefix + compare(s.name, base.name, SPOKEN[metric], s.vs_baseline[metric])
                     )
         if base is None:
             lines.append(
