@@ -11,8 +11,9 @@ from urllib.parse import urlparse
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from runner import stores, tracking
+from runner import stores
 from runner.errors import UserError
+from runner.runs import child_runs as nested_runs
 
 
 class StoreError(Exception):
@@ -133,7 +134,7 @@ def get_run(client: MlflowClient, uri: str, run_id: str) -> Run:
 def child_runs(client: MlflowClient, parent: Run) -> list[Run]:
     """Every (non-deleted) child run of a sweep's parent run, any status, newest first."""
     return [
-        _run(r, client) for r in tracking.child_runs(client, parent.experiment_id, parent.run_id)
+        _run(r, client) for r in nested_runs(client, parent.experiment_id, parent.run_id)
     ]
 
 

@@ -51,6 +51,9 @@ class Diverged(Exception):
         self.epoch, self.batch, self.mean_loss_before = epoch, batch, mean_loss_before
         super().__init__(f"non-finite training loss at epoch {epoch + 1}, batch {batch + 1}")
 
+    def __reduce__(self) -> tuple[type[Diverged], tuple[int, int, float]]:
+        return type(self), (self.epoch, self.batch, self.mean_loss_before)
+
 
 @dataclass
 class EpochResult:

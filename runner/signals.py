@@ -21,10 +21,14 @@ class Interrupted(BaseException):
     enough to checkpoint."""
 
     def __init__(self, signum: int, safe: bool = False) -> None:
+        self.signum = signum
         self.signal_name = signal.Signals(signum).name
         self.exit_code = 128 + signum
         self.safe = safe
         super().__init__(f"stopped by {self.signal_name}")
+
+    def __reduce__(self) -> tuple[type[Interrupted], tuple[int, bool]]:
+        return type(self), (self.signum, self.safe)
 
 
 _pending: list[int] = []

@@ -116,7 +116,7 @@ def _check_sweeper(config: DictConfig) -> None:
 
 
 def _parent_run(client: Any, uri: str, config: DictConfig) -> str:
-    from runner.tracking import context_tags, experiment_id, find_run
+    from runner.runs import context_tags, experiment_id, find_run
 
     if config.get("resume"):
         parent = find_run(client, uri, config.resume)
@@ -166,7 +166,7 @@ def _children() -> list[int]:
 def _running_children(uri: str, parent_run_id: str) -> list[Any]:
     from mlflow.tracking import MlflowClient
 
-    from runner.tracking import child_runs
+    from runner.runs import child_runs
 
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_run(parent_run_id).info.experiment_id

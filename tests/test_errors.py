@@ -204,3 +204,30 @@ def test_a_bug_still_shows_its_traceback(tmp_path, tracking_uri):
         timeout=120,
     )
     assert done.returncode == 1 and "Traceback" in done.stderr
+
+
+@pytest.mark.unit
+def test_the_runners_exceptions_cross_process_boundaries():
+    """joblib's and submitit's workers return a job's exception to the sweep pickled: one that
+    does not unpickle becomes loky's "BrokenProcessPool" instead of its own message."""
+    import pickle
+    import signal
+
+    from runner.errors import UserError
+    from runner.fit import Diverged
+    from runner.signals import Interrupted
+    from runner.tracking import StoreLost
+
+    lost = StoreLost.during(
+        "http://127.0.0.1:9", "logging metrics", OSError("refused"), [("a", 1.0, 2, 3)]
+    )
+    for error in (
+        UserError("trainer.lr=-1: must be > 0"),
+        lost,
+        Diverged(2, 5, 0.75),
+        Interrupted(signal.SIGTERM, safe=True),
+    ):
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == str(error)
+        assert vars(back) == vars(error)
+    assert pickle.loads(pickle.dumps(lost)).exit_code == 75
