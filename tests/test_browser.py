@@ -19,7 +19,7 @@ from experiments.browser import (
     report_artifact,
     run_overview,
 )
-from tests.sweeps import tiny_sweep
+from tests.helpers.sweeps import tiny_sweep
 
 pytestmark = [
     pytest.mark.browser,  # a real chromium

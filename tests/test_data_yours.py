@@ -20,6 +20,7 @@ from runner.data.samples import STATS_SAMPLES
 from runner.feeding import Feed, place
 from samplers import FixedClassSampler, HardMinedSampler, WeightedSampler
 from tests.conftest import compose_config
+from tests.helpers.bad_files import BLANK_X, BLANK_Y, save_arrays
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
@@ -300,15 +301,7 @@ def test_the_dataloader_path_resumes_mid_epoch_exactly():
 # --- bad files -----------------------------------------------------------------------------
 
 
-def _save(path: Path, **arrays) -> Path:
-    if path.suffix == ".npz":
-        np.savez(path, **arrays)
-    else:
-        torch.save(arrays, path)
-    return path
-
-
-X, Y = np.zeros((10, 3), np.float32), np.arange(10) % 2
+X, Y = BLANK_X, BLANK_Y
 
 
 @pytest.mark.parametrize(
@@ -319,19 +312,31 @@ X, Y = np.zeros((10, 3), np.float32), np.arange(10) % 2
         ("bad.npz", lambda p: p.write_bytes(b"not a zip"), "cannot read it as .npz"),
         ("bad.pt", lambda p: p.write_bytes(b"not a torch file"), "cannot read it as a torch file"),
         ("list.pt", lambda p: torch.save([1, 2], p), "not a dict"),
-        ("noy.npz", lambda p: _save(p, x=X), "missing key(s) ['y']"),
-        ("short.npz", lambda p: _save(p, x=X, y=Y[:7]), "7 labels for 10 samples"),
-        ("float.npz", lambda p: _save(p, x=X, y=Y.astype(np.float32)), "integer class indices"),
-        ("neg.pt", lambda p: _save(p, x=torch.zeros(10, 3), y=torch.tensor(Y) - 1), "negative"),
-        ("half.npz", lambda p: _save(p, x=X, y=Y, x_test=X), "x_test and y_test"),
+        ("noy.npz", lambda p: save_arrays(p, x=X), "missing key(s) ['y']"),
+        ("short.npz", lambda p: save_arrays(p, x=X, y=Y[:7]), "7 labels for 10 samples"),
+        (
+            "float.npz",
+            lambda p: save_arrays(p, x=X, y=Y.astype(np.float32)),
+            "integer class indices",
+        ),
+        (
+            "neg.pt",
+            lambda p: save_arrays(p, x=torch.zeros(10, 3), y=torch.tensor(Y) - 1),
+            "negative",
+        ),
+        ("half.npz", lambda p: save_arrays(p, x=X, y=Y, x_test=X), "x_test and y_test"),
         (
             "shape.npz",
-            lambda p: _save(p, x=X, y=Y, x_test=np.zeros((4, 5), np.float32), y_test=Y[:4]),
+            lambda p: save_arrays(p, x=X, y=Y, x_test=np.zeros((4, 5), np.float32), y_test=Y[:4]),
             "one shape",
         ),
-        ("names.npz", lambda p: _save(p, x=X, y=Y, class_names=np.array(["a"])), "1 names"),
-        ("gap.npz", lambda p: _save(p, x=X, y=Y * 2), "no samples of class(es) [1]"),
-        ("ints.npz", lambda p: _save(p, x=X.astype(np.int32), y=Y), "float features or uint8"),
+        ("names.npz", lambda p: save_arrays(p, x=X, y=Y, class_names=np.array(["a"])), "1 names"),
+        ("gap.npz", lambda p: save_arrays(p, x=X, y=Y * 2), "no samples of class(es) [1]"),
+        (
+            "ints.npz",
+            lambda p: save_arrays(p, x=X.astype(np.int32), y=Y),
+            "float features or uint8",
+        ),
     ],
 )
 def test_bad_tensor_files_name_the_parameter_and_the_fix(tmp_path, name, write, message):
@@ -387,56 +392,6 @@ def test_a_dataset_that_decodes_a_non_finite_sample_is_named_before_training(in_
         list(feed.batches(torch.arange(len(feed)), 4))
         list(Feed(placed.test_x, torch.device("cpu"), num_workers=0).batches(torch.arange(3), 4))
     assert len(str(error.value).splitlines()) == 1
-
-
-def cli_cases(tmp: Path) -> list[tuple[list[str], str]]:
-    """Bad files for ``tests/test_errors.py::bad_inputs`` (through the CLI: one or two lines,
-    exit 2, no run recorded): the overrides and a string the message must hold."""
-    folder = tmp / "tensor_files"
-    folder.mkdir(exist_ok=True)
-    corrupt = folder / "corrupt.npz"
-    corrupt.write_bytes(b"not a zip")
-    files = {
-        "corrupt": corrupt,
-        "no_y": _save(folder / "no_y.npz", x=X),
-        "float_y": _save(folder / "float_y.npz", x=X, y=Y.astype(np.float32)),
-        "short_y": _save(folder / "short_y.pt", x=torch.zeros(10, 3), y=torch.zeros(7).long()),
-    }
-    bad = np.random.RandomState(0).randn(40, 3).astype(np.float32)
-    labels = np.arange(40) % 2
-    nan_x, inf_test = bad.copy(), bad[:8].copy()
-    nan_x[13, 1], inf_test[5, 0] = np.nan, -np.inf
-    files.update(
-        nan_x=_save(folder / "nan_x.npz", x=nan_x, y=labels),
-        inf_x=_save(
-            folder / "inf_x.pt",
-            x=torch.from_numpy(nan_x).nan_to_num(nan=np.inf),
-            y=torch.from_numpy(labels),
-        ),
-        nan_test=_save(
-            folder / "nan_test.pt",
-            x=torch.from_numpy(bad),
-            y=torch.from_numpy(labels),
-            x_test=torch.from_numpy(nan_x[10:18]),
-            y_test=torch.from_numpy(labels[10:18]),
-        ),
-        inf_test=_save(
-            folder / "inf_test.npz", x=bad, y=labels, x_test=inf_test, y_test=labels[:8]
-        ),
-    )
-    tensor = ["data=tensor_file"]
-    return [
-        ([*tensor, f"data.path={files['nan_x']}"], "x[13] (training and test samples) holds nan"),
-        ([*tensor, f"data.path={files['inf_x']}"], "x[13] (training and test samples) holds inf"),
-        ([*tensor, f"data.path={files['nan_test']}"], "x_test[3] (test samples) holds nan"),
-        ([*tensor, f"data.path={files['inf_test']}"], "x_test[5] (test samples) holds -inf"),
-        (tensor, "data.path"),
-        ([*tensor, f"data.path={files['corrupt']}"], "cannot read it as .npz"),
-        ([*tensor, f"data.path={files['no_y']}"], "missing key(s) ['y']"),
-        ([*tensor, f"data.path={files['float_y']}"], "integer class indices"),
-        ([*tensor, f"data.path={files['short_y']}"], "7 labels for 10 samples"),
-        (["data=torchvision", f"data.dataset.root={tmp / 'nowhere'}"], "data.dataset"),
-    ]
 
 
 def test_the_docs_commands_for_your_data_compose():

@@ -21,8 +21,8 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from runner.data import Augment, augment_batch
+from tests.helpers.processes import check_exit
 from tests.helpers.record import assert_record
-from tests.processes import check_exit
 
 pytestmark = pytest.mark.ddp  # several real processes in one process group
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.processes import check_exit
+from tests.helpers.processes import check_exit
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 

@@ -15,6 +15,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
+from tests.helpers.bad_files import cli_cases
+
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
 
 RUN = [sys.executable, "-m", "runner"]
@@ -108,8 +110,8 @@ def bad_inputs(tmp_path_factory, migrated_store):
         ([*image, f"data.root={disjoint}"], "['b']"),
         ([*image, f"data.root={corrupt}", "data.imbalance_factor=2"], "000.png"),
         ([*image, f"data.root={mixed}", "data.imbalance_factor=2"], "001.png"),
-        # the user's own files (written by tests/test_data_yours.py)
-        *pytest.importorskip("tests.test_data_yours").cli_cases(tmp),
+        # the user's own files (tests/helpers/bad_files.py)
+        *cli_cases(tmp),
         # losses and models
         (["loss.weights=sampler"], "loss.weights"),
         (["loss=focal", "loss.gamma=-1"], "loss.gamma"),

@@ -34,7 +34,7 @@ from samplers import (
 )
 from tests.helpers.frameworks.data import BATCH, EPOCHS, WORLD, labels
 from tests.helpers.frameworks.rank import DOC_EXAMPLES, SCENARIOS
-from tests.processes import check_exit
+from tests.helpers.processes import check_exit
 
 pytestmark = pytest.mark.ddp  # several real processes in one process group
 

@@ -17,7 +17,7 @@ from experiments.report import main, publish
 from experiments.stats import paired_difference, t_interval
 from runner.tracking import Tracker
 from tests.helpers.record import assert_record
-from tests.sweeps import COMMAND, tiny_sweep
+from tests.helpers.sweeps import COMMAND, tiny_sweep
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from tests.strategies import STRATEGIES, feed_losses
+from tests.helpers.strategies import STRATEGIES, feed_losses
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
@@ -96,7 +96,7 @@ def test_consumed_outside_what_was_handed_out_is_refused():
 THREADS = textwrap.dedent("""
     import hashlib, json, sys, threading, torch
     torch.set_num_threads(int(sys.argv[1]))
-    from tests.strategies import STRATEGIES, feed_losses
+    from tests.helpers.strategies import STRATEGIES, feed_losses
     labels = torch.arange(70_000) % 7  # two chunks of the drawing pool
     out = {}
     for name, build in STRATEGIES.items():

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.processes import check_exit
-from tests.strategies import STRATEGIES
+from tests.helpers.processes import check_exit
+from tests.helpers.strategies import STRATEGIES
 
 pytestmark = pytest.mark.ddp  # several real processes in one process group
 
@@ -22,7 +22,7 @@ LABELS = [0] * 37 + [1] * 11 + [2] * 4
 RANK_SCRIPT = textwrap.dedent("""
     import json, sys
     import torch, torch.distributed as dist
-    from tests.strategies import STRATEGIES, feed_losses
+    from tests.helpers.strategies import STRATEGIES, feed_losses
     rank, world, init = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     labels = json.loads(sys.argv[4])
@@ -89,7 +89,7 @@ def test_distributed_ranks_share_one_global_draw(tmp_path):
 def test_order_does_not_depend_on_the_process(tmp_path):
     script = textwrap.dedent("""
         import json, torch
-        from tests.strategies import STRATEGIES
+        from tests.helpers.strategies import STRATEGIES
         torch.manual_seed(12345)
         out = {}
         for name, build in STRATEGIES.items():

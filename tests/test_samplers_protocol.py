@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from tests.strategies import BATCH_SAMPLERS, STRATEGIES, WITHOUT_REPLACEMENT, feed_losses
+from tests.helpers.strategies import BATCH_SAMPLERS, STRATEGIES, WITHOUT_REPLACEMENT, feed_losses
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
