@@ -1,5 +1,6 @@
-"""Bad inputs answer in one or two lines before any training, through the real CLI against a
-real sqlite store; a bug keeps its traceback."""
+"""Bad inputs answer in one or two lines before any training, against a real sqlite store:
+through the real CLI for every kind of mistake, the rest through the same composition, checks
+and run in one process; a bug keeps its traceback."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from tests.helpers.bad_files import cli_cases
+from tests.helpers.bad_files import bad_file_cases
 
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
 
@@ -37,7 +38,8 @@ def _write_images(root: Path, layout: dict[str, dict[str, int]], size: int = 8) 
 
 @pytest.fixture(scope="module")
 def bad_inputs(tmp_path_factory, migrated_store):
-    """Every case run through the CLI once (two at a time), against one store."""
+    """Every case run once against one store: through the CLI (two at a time), or the same
+    composition, checks and run in this process."""
     tmp = tmp_path_factory.mktemp("bad")
     db = tmp / "mlflow.db"
     shutil.copy(migrated_store, db)
@@ -57,21 +59,47 @@ def bad_inputs(tmp_path_factory, migrated_store):
     mixed = _write_images(tmp / "mixed", good)
     Image.fromarray(np.zeros((9, 9, 3), np.uint8)).save(mixed / "test" / "b" / "001.png")
     image = ["data=image_folder_lt", "model=small_cnn", f"data.cache_dir={tmp / 'cache'}"]
-    cases = [
+    files = bad_file_cases(tmp)
+    # Through the CLI: Hydra's composition, one value of each kind, every store, divergence
+    # (a FAILED run) and resume. The rest go through the same checks in this process
+    # (:func:`_in_process`): the CLI prints the same message for every user error.
+    cli = [
         # composition: Hydra's own checks
         (["trainer.epoch=3"], "trainer.epoch"),
         (["trainer.epochs=three"], "trainer.epochs"),
         (["trainer.batch_size=1.5"], "trainer.batch_size"),
         (["sampler=annealing"], "sampler/annealing"),
         (["tracking.plot=false"], "tracking.plot"),
-        # targets' parameters
+        # one of each kind of value
         (["+sampler.sedd=1"], "sampler.sedd"),
+        (["trainer.schedule=exp"], "trainer.schedule"),
+        (["trainer.epochs=0"], "trainer.epochs"),
+        (["sampler=annealed", "sampler.schedule=bogus"], "schedule"),
+        (["data.imbalance_factor=0.5"], "data.imbalance_factor"),
+        ([*image, f"data.root={corrupt}", "data.imbalance_factor=2"], "000.png"),
+        (["loss=focal", "loss.gamma=-1"], "loss.gamma"),
+        files[0],  # a tensor file holding nan
+        # divergence: a FAILED run, never FINISHED
+        (["trainer.lr=1e6", "trainer.warmup_epochs=0"], "trainer.lr"),
+        (["trainer.classifier_epochs=1", "trainer.classifier_lr=1e30"], "trainer.classifier_lr"),
+        (["loss=ldam", "trainer.epochs=3"], "model.head=cosine"),
+        # stores
+        (["tracking.uri=http://127.0.0.1:9"], "tracking.uri"),
+        (["tracking.uri=sqlite:////proc/x.db"], "tracking.uri"),
+        (["tracking.uri=sqlite:////nonexistent/folder/x.db"], "tracking.uri"),
+        (["tracking.uri=postgresql+psycopg://u@127.0.0.1:1/db"], "tracking.uri"),  # nobody there
+        (["tracking.uri=mysql://u@127.0.0.1:1/db"], "its database driver"),
+        (["tracking.retries=-1"], "tracking.retries"),
+        (["tracking.experiment="], "tracking.experiment"),
+        (["tracking.experiment=gone"], "tracking.experiment"),
+        (["resume=0123456789abcdef"], "resume"),
+    ]
+    in_process = [
+        # targets' parameters
         (["+sampler.labels=[0]"], "sampler.labels"),
         (["+data.colour=red"], "data.colour"),
         (["+loss.alpha=1"], "loss.alpha"),
         # trainer values
-        (["trainer.schedule=exp"], "trainer.schedule"),
-        (["trainer.epochs=0"], "trainer.epochs"),
         (["trainer.warmup_epochs=50"], "trainer.warmup_epochs"),
         (["trainer.device=tpu"], "trainer.device"),
         (["trainer.lr=0"], "trainer.lr"),
@@ -82,11 +110,6 @@ def bad_inputs(tmp_path_factory, migrated_store):
         (["trainer.checkpoint_every=-1"], "trainer.checkpoint_every"),
         (["trainer.gamma=0"], "trainer.gamma"),
         (["eval.few_shot=500"], "eval.few_shot"),
-        # divergence: a FAILED run, never FINISHED
-        (["trainer.lr=1e6", "trainer.warmup_epochs=0"], "trainer.lr"),
-        (["trainer.classifier_epochs=1", "trainer.classifier_lr=1e30"], "trainer.classifier_lr"),
-        # sampler values
-        (["sampler=annealed", "sampler.schedule=bogus"], "schedule"),
         (["sampler=annealed", "sampler.total_epochs=0"], "total_epochs"),
         (
             ["sampler=weighted", "sampler.replacement=false", "sampler.num_samples=999999"],
@@ -99,7 +122,6 @@ def bad_inputs(tmp_path_factory, migrated_store):
             "sampler.classes_per_batch=null sampler.samples_per_class=null",
         ),
         # data
-        (["data.imbalance_factor=0.5"], "data.imbalance_factor"),
         (["data.n_max=50", "data.imbalance_factor=100"], "data.n_max"),
         (["data.num_classes=1"], "num_classes"),
         (["data.noise=inf"], "data.noise"),
@@ -108,26 +130,13 @@ def bad_inputs(tmp_path_factory, migrated_store):
         (["data=image_folder_lt"], "data.root"),
         ([*image, "data.root=/nonexistent"], "data.root"),
         ([*image, f"data.root={disjoint}"], "['b']"),
-        ([*image, f"data.root={corrupt}", "data.imbalance_factor=2"], "000.png"),
         ([*image, f"data.root={mixed}", "data.imbalance_factor=2"], "001.png"),
         # the user's own files (tests/helpers/bad_files.py)
-        *cli_cases(tmp),
+        *files[1:],
         # losses and models
         (["loss.weights=sampler"], "loss.weights"),
-        (["loss=focal", "loss.gamma=-1"], "loss.gamma"),
         (["loss=cb_ce", "loss.beta=1.5"], "loss.beta"),
-        (["loss=ldam", "trainer.epochs=3"], "model.head=cosine"),  # diverges: a FAILED run
         (["model=small_cnn"], "model=mlp"),
-        # stores
-        (["tracking.uri=http://127.0.0.1:9"], "tracking.uri"),
-        (["tracking.uri=sqlite:////proc/x.db"], "tracking.uri"),
-        (["tracking.uri=sqlite:////nonexistent/folder/x.db"], "tracking.uri"),
-        (["tracking.uri=postgresql+psycopg://u@127.0.0.1:1/db"], "tracking.uri"),  # nobody there
-        (["tracking.uri=mysql://u@127.0.0.1:1/db"], "its database driver"),
-        (["tracking.retries=-1"], "tracking.retries"),
-        (["tracking.experiment="], "tracking.experiment"),
-        (["tracking.experiment=gone"], "tracking.experiment"),
-        (["resume=0123456789abcdef"], "resume"),
     ]
 
     def attempt(
@@ -153,8 +162,44 @@ def bad_inputs(tmp_path_factory, migrated_store):
         return (*case, done, time.perf_counter() - started)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(attempt, cases))
+        results = list(pool.map(attempt, cli))
+    results += [(*case, *_in_process(case[0], uri, tmp)) for case in in_process]
     return results, uri, earlier
+
+
+def _in_process(args: list[str], uri: str, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """What ``python -m runner`` does with ``args`` (Hydra's composition, the config checks,
+    the run), in this process: the exit code and stderr the CLI would give a user error."""
+    import os
+
+    from runner.app import run
+    from runner.checks import check_targets
+    from runner.errors import explain, is_user_error
+    from tests.conftest import compose_config
+
+    started, before = time.perf_counter(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        cfg = compose_config(
+            [
+                "trainer.epochs=1",
+                "trainer.progress=false",
+                "tracking.log_model=false",
+                f"tracking.uri={uri}",
+                *args,
+            ]
+        )
+        check_targets(cfg)
+        run(cfg)
+        done = subprocess.CompletedProcess(args, 0, "", "")
+    except Exception as error:
+        if not is_user_error(error):
+            raise
+        code = getattr(error, "exit_code", 2)
+        done = subprocess.CompletedProcess(args, code, "", f"samplerlab: {explain(error)}\n")
+    finally:
+        os.chdir(before)
+    return done, time.perf_counter() - started
 
 
 def test_every_bad_input_gets_one_or_two_lines_and_exit_2(bad_inputs):

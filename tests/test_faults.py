@@ -151,31 +151,33 @@ def killed_run(tmp_path, tracking_uri):
     return client, run, Path(run.data.tags["checkpoint"])
 
 
-@pytest.mark.parametrize("damage", ["truncated", "not_a_checkpoint"])
 def test_an_unreadable_checkpoint_is_one_line_and_the_run_stays_as_it_was(
-    damage, killed_run, tmp_path, tracking_uri
+    killed_run, tmp_path, tracking_uri
 ):
-    client, run, checkpoint = killed_run
-    if damage == "truncated":
-        checkpoint.write_bytes(checkpoint.read_bytes()[:1000])
-    else:
-        import torch
+    """Truncated, then a torch file that is not a checkpoint: each refused in one line."""
+    import torch
 
-        torch.save({"weights": torch.zeros(3)}, checkpoint)
+    client, run, checkpoint = killed_run
     before = history(client, run.info.run_id)
-    done = subprocess.run(
-        [*RUN, f"resume={run.info.run_id}", f"tracking.uri={tracking_uri}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    lines = said(done.stderr)
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert len(lines) <= 3 and str(checkpoint) in done.stderr, lines
-    _, after = only_run(tracking_uri)
-    assert after.info.status == "KILLED"  # nothing was resumed: not reopened, not FAILED
-    assert history(client, run.info.run_id) == before
+    damages = {
+        "truncated": lambda: checkpoint.write_bytes(checkpoint.read_bytes()[:1000]),
+        "not_a_checkpoint": lambda: torch.save({"weights": torch.zeros(3)}, checkpoint),
+    }
+    for damage, apply in damages.items():
+        apply()
+        done = subprocess.run(
+            [*RUN, f"resume={run.info.run_id}", f"tracking.uri={tracking_uri}"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        lines = said(done.stderr)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (damage, done.stderr)
+        assert len(lines) <= 3 and str(checkpoint) in done.stderr, (damage, lines)
+        _, after = only_run(tracking_uri)
+        assert after.info.status == "KILLED"  # nothing was resumed: not reopened, not FAILED
+        assert history(client, run.info.run_id) == before
 
 
 def _file_size_limit(limit: int):

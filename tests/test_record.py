@@ -117,3 +117,38 @@ def test_many_classes_are_tables_not_a_metric_key_each(tmp_path, tracking_uri):
     groups = next(line for line in text.splitlines() if line.startswith("| synthetic_lt |"))
     counts = [int(cell.split()[0]) for cell in groups.split("|")[3:6]]
     assert sum(counts) == 100, groups
+
+
+def test_system_metrics_are_recorded_while_the_run_trains_when_asked(tmp_path, tracking_uri):
+    """``tracking.system_metrics=true``: MLflow's own monitor writes ``system/*`` into the run,
+    sampled every 0.2 s here (MLflow's setting; its default is 10 s, and a run shorter than one
+    interval records none), and stops with it."""
+    import os
+
+    env = {
+        **os.environ,
+        "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.2",
+        "MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_LOGGING": "1",
+    }
+    done = subprocess.run(
+        [
+            *RUN,
+            *DIGITS,
+            "trainer.epochs=8",  # about 2 s
+            f"tracking.uri={tracking_uri}",
+            "tracking.log_model=false",
+            "tracking.system_metrics=true",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, run = _only_run(tracking_uri)
+    assert run.info.status == "FINISHED"
+    system = {key for key in run.data.metrics if key.startswith("system/")}
+    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= system
+    history = client.get_metric_history(run.info.run_id, "system/cpu_utilization_percentage")
+    assert history and all(0 <= m.value <= 100 * os.cpu_count() for m in history)

@@ -21,9 +21,9 @@ def save_arrays(path: Path, **arrays) -> Path:
 BLANK_X, BLANK_Y = np.zeros((10, 3), np.float32), np.arange(10) % 2
 
 
-def cli_cases(tmp: Path) -> list[tuple[list[str], str]]:
-    """Bad files for ``tests/test_errors.py::bad_inputs`` (through the CLI: one or two lines,
-    exit 2, no run recorded): the overrides and a string the message must hold."""
+def bad_file_cases(tmp: Path) -> list[tuple[list[str], str]]:
+    """Bad files for ``tests/test_errors.py::bad_inputs`` (one or two lines, exit 2, no run
+    recorded): the overrides and a string the message must hold."""
     folder = tmp / "tensor_files"
     folder.mkdir(exist_ok=True)
     corrupt = folder / "corrupt.npz"
