@@ -133,9 +133,7 @@ def get_run(client: MlflowClient, uri: str, run_id: str) -> Run:
 
 def child_runs(client: MlflowClient, parent: Run) -> list[Run]:
     """Every (non-deleted) child run of a sweep's parent run, any status, newest first."""
-    return [
-        _run(r, client) for r in nested_runs(client, parent.experiment_id, parent.run_id)
-    ]
+    return [_run(r, client) for r in nested_runs(client, parent.experiment_id, parent.run_id)]
 
 
 def experiment_runs(client: MlflowClient, experiment_id_: str) -> list[Run]:

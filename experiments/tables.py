@@ -27,6 +27,8 @@ from pathlib import Path
 from experiments.artifacts import RESULTS, ROOT, export_runs, load, markdown_table, runs_of
 from experiments.race.tables import (
     race_bench_table,
+    race_headline_table,
+    race_orders_table,
     race_rounds_table,
     race_rule_table,
     validation_table,
@@ -56,6 +58,8 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "digits-test": report_table("digits_grid"),
     "digits-val": validation_table,
     "race-bench": race_bench_table,
+    "race-headline": race_headline_table,
+    "race-orders": race_orders_table,
     "race-rounds": race_rounds_table,
     "race-rule": race_rule_table,
 }

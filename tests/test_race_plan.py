@@ -13,7 +13,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from experiments.race import advice
 from experiments.race.driver import Settings, new_race, plan_from
-from experiments.race.race import MAX_RUNS, ONE_LEFT, Race, replay
+from experiments.race.race import MAX_RUNS, ONE_LEFT, Race, replay, seed_orders
 from runner.errors import UserError
 
 pytestmark = pytest.mark.unit  # in one process, seconds
@@ -120,6 +120,28 @@ def test_a_race_with_one_survivor_says_use_it():
     assert advice.sentence(race, "val/macro_f1").startswith(
         "use a: best on val/macro_f1 after 1 round (6 runs, 3 seeds); b out in round 1"
     )
+
+
+def test_seed_orders_replay_the_race_with_its_seeds_shuffled_reproducibly():
+    """The orders are reproducible permutations of the seeds, each the race a grid with these
+    values replays; b's one good seed (seed 0) never outweighs a's seven, in any order."""
+    values = {("a", s): 0.90 + 0.01 * (s % 3) for s in range(8)}
+    values.update({("b", s): 0.93 if s == 0 else 0.80 for s in range(8)})
+    values.update({("c", s): 0.50 + 0.001 * s for s in range(8)})
+
+    def race(order: list[int]) -> Race:
+        return Race(["a", "b", "c"], order, max_seeds=8)
+
+    races = seed_orders(race, values, list(range(8)), orders=50, seed=3)
+    assert [r.seeds for r in races] == [
+        r.seeds for r in seed_orders(race, values, list(range(8)), 50, seed=3)
+    ]
+    assert all(sorted(r.seeds) == list(range(8)) for r in races)
+    assert len({r.seeds for r in races}) > 40  # 8! orders: nearly all distinct
+    assert all(r.eliminated_in.get("c") == 1 for r in races)  # far behind whatever the order
+    assert {r.survivors[0] for r in races} == {"a"}  # one good seed never outweighs seven
+    for r in races:  # each is the race a grid with these values would replay
+        assert replay(race(list(r.seeds)), values).survivors == r.survivors
 
 
 @pytest.mark.parametrize(

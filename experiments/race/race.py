@@ -13,7 +13,7 @@ stopped race with the same values replays the same rounds.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -184,3 +184,18 @@ def replay(race: Race, table: Mapping[tuple[str, int], float]) -> Race:
             race.record(candidate, seed, table[(candidate, seed)])
         race.close_round()
     return race
+
+
+def seed_orders(
+    race: Callable[[list[int]], Race],
+    table: Mapping[tuple[str, int], float],
+    seeds: Sequence[int],
+    orders: int,
+    seed: int = 0,
+) -> list[Race]:
+    """``race(seed_order)`` replayed on known values ``table`` with ``seeds`` in ``orders``
+    random orders (numpy's PCG64 from ``seed``): how a race with these outcomes ends had its
+    seeds come in another order. The orders draw on one grid's seeds, so they are not
+    independent races: they show how much one benchmark's answer owes to its seed order."""
+    rng = np.random.default_rng(seed)
+    return [replay(race([int(s) for s in rng.permutation(seeds)]), table) for _ in range(orders)]

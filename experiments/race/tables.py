@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from experiments.artifacts import load, markdown_table, values_of
 
 if TYPE_CHECKING:
@@ -26,8 +28,6 @@ def grid_decision(values: dict[str, dict[int, float]], alpha: float = 0.05) -> d
     """The full grid's answer, one look at all its seeds: the leader and the candidates not
     separable from it, by the race's rule at level alpha (one look spends it all) and by the
     report's uncorrected paired 95% t-intervals."""
-    import numpy as np
-
     from experiments.race.rule import look
 
     names = sorted(values)
@@ -55,8 +55,6 @@ def grid_decision(values: dict[str, dict[int, float]], alpha: float = 0.05) -> d
 def naive_replay(values: dict[str, dict[int, float]]) -> dict[str, Any]:
     """The naive race (:func:`experiments.race.simulate.naive_races`: paired t-tests against the
     leader after every round, Holm, nothing for the repeated looks) on a grid's values."""
-    import numpy as np
-
     from experiments.race.simulate import naive_races
 
     names = list(values)
@@ -114,9 +112,10 @@ def validation_table(folder: Path) -> str:
 
 
 def race_bench_table(folder: Path) -> str:
-    """The grid, the race, the race without its budget and the naive race: runs, the leader,
-    who is left, and whether that is the grid's decision (the survivors among the strategies
-    the grid cannot separate from its leader, by the race's rule at one look / by paired t)."""
+    """The grid, the race, the race without its budget and the naive race: runs, the winner
+    each names (its leader at the end: the advice) and whether the grid cannot separate it from
+    its own leader, who is left, and whether all of them are among the strategies the grid
+    cannot separate from its leader (by the race's rule at one look / by paired t)."""
     bench = load("race_bench", folder)
     grid, race, replay = bench["grid"], bench["race"], bench["replay_uncapped"]
     by_rule, by_t = set(grid["not_separable_race_rule"]), set(grid["not_separable_paired_t"])
@@ -128,16 +127,16 @@ def race_bench_table(folder: Path) -> str:
         return f"{part['seconds']:.0f} s" + (f" (load {load[0]:.1f}→{load[1]:.1f})" if load else "")
 
     def row(name: str, runs: int, seconds: str, survivors: list[str], why: str) -> list[str]:
-        reached = "yes" if set(survivors) <= by_rule else "no"
-        reached_t = "yes" if set(survivors) <= by_t else "no"
+        winner = survivors[0]
+        same = "the grid's leader" if winner == grid["leader"] else "not separable from it"
         return [
             name,
             str(runs),
             f"{100 * runs / grid['runs']:.0f}%",
             seconds,
-            survivors[0],
+            f"{winner} ({same if winner in by_rule else 'separated from it'})",
             f"{', '.join(survivors)} ({why})",
-            f"{reached} / {reached_t}",
+            f"{_yes(set(survivors) <= by_rule)} / {_yes(set(survivors) <= by_t)}",
         ]
 
     header = [
@@ -145,9 +144,9 @@ def race_bench_table(folder: Path) -> str:
         "runs",
         "share of the grid",
         "wall time",
-        "leader",
+        "winner (its advice)",
         "left at the end",
-        "the grid's decision? (race rule / paired t)",
+        "all left among the grid's leaders? (race rule / paired t)",
     ]
     rows = [
         [
@@ -155,7 +154,7 @@ def race_bench_table(folder: Path) -> str:
             str(grid["runs"]),
             "100%",
             wall(grid),
-            grid["leader"],
+            f"{grid['leader']} (its leader)",
             f"not separable from it: {', '.join(sorted(by_rule - {grid['leader']}))} (race rule, "
             f"one look) / {', '.join(sorted(by_t - {grid['leader']})) or 'none'} (paired t)",
             "—",
@@ -184,6 +183,88 @@ def race_bench_table(folder: Path) -> str:
             )
             or "none of the grid's leaders dropped",
         ),
+    ]
+    return markdown_table(header, rows)
+
+
+ORDERS = 1000  # seed orders replayed: a share's binomial standard error is at most 1.6 points
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def race_orders_table(folder: Path) -> str:
+    """The benchmark's race replayed on the grid's values with its seeds in :data:`ORDERS`
+    random orders (seeded): how often its winner is the grid's leader or not separable from it,
+    how often all it leaves is, and the runs it used; with the budget and without."""
+    from collections import Counter
+    from functools import partial
+
+    from experiments.race.race import Race, seed_orders
+
+    bench = load("race_bench", folder)
+    grid, record = bench["grid"], bench["race"]["record"]
+    by_rule = set(grid["not_separable_race_rule"])
+    values = values_of(load("digits_grid", folder), bench["objective"])
+    table = {(c, s): v for c, by_seed in values.items() for s, v in by_seed.items()}
+    rows = []
+    for budget in (bench["race"]["max_runs"], None):
+        races = seed_orders(
+            partial(Race, record["candidates"], max_runs=budget), table, grid["seeds"], ORDERS
+        )
+        winners = Counter(r.survivors[0] for r in races)
+        runs = np.array([r.runs for r in races])
+        rows.append(
+            [
+                f"max_runs={budget}" if budget else "no max_runs",
+                str(ORDERS),
+                f"{100 * np.mean([r.survivors[0] == grid['leader'] for r in races]):.1f}%",
+                f"{100 * np.mean([r.survivors[0] in by_rule for r in races]):.1f}%",
+                f"{100 * np.mean([set(r.survivors) <= by_rule for r in races]):.1f}%",
+                f"{runs.mean():.1f} ({100 * runs.mean() / grid['runs']:.0f}%), at most {runs.max()}",
+                ", ".join(f"{name} {count}" for name, count in winners.most_common()),
+            ]
+        )
+    header = [
+        "the race",
+        "seed orders",
+        "winner: the grid's leader",
+        "winner not separable from it",
+        "all left among the grid's leaders",
+        "runs: mean (share of the grid), most",
+        "winners",
+    ]
+    return markdown_table(header, rows)
+
+
+def race_headline_table(folder: Path) -> str:
+    """The README's figures: the grid's runs and answer beside the race's."""
+    bench = load("race_bench", folder)
+    grid, race = bench["grid"], bench["race"]
+    left = [s for s in race["survivors"] if s != race["survivors"][0]]
+    rows = [
+        [
+            f"full grid ({grid['candidates']} strategies × {len(grid['seeds'])} seeds)",
+            str(grid["runs"]),
+            "100%",
+            grid["leader"],
+            ", ".join(n for n in grid["not_separable_race_rule"] if n != grid["leader"]),
+        ],
+        [
+            f"race (max_runs={race['max_runs']})",
+            str(race["runs"]),
+            f"{100 * race['runs'] / grid['runs']:.0f}%",
+            race["survivors"][0],
+            ", ".join(left) or "none",
+        ],
+    ]
+    header = [
+        "digits, selected on validation",
+        "runs",
+        "share",
+        "winner",
+        "not separable from it with these runs",
     ]
     return markdown_table(header, rows)
 
