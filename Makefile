@@ -61,8 +61,8 @@ $(FRAMEWORKS_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[frameworks]'
 	touch $(FRAMEWORKS_STAMP)
 
-test: install install-frameworks install-browser install-server  ## the test suite (two processes; a module stays in one)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+test: install install-frameworks install-browser install-server  ## the test suite (three processes on two cores: many tests wait on servers and signals; a module stays in one)
+	$(PY) -m pytest -q -n 3 --dist loadfile
 
 test-quick: install  ## the unit tests alone (in one process, about a minute)
 	$(PY) -m pytest -q -n 2 -m unit

@@ -159,6 +159,41 @@ def test_a_race_stopped_by_sigterm_resumes_to_its_end(tmp_path, tracking_uri):
     assert parent.data.tags["advice/winner"] and "uniform" not in parent.data.tags["advice/winner"]
 
 
+def test_a_race_launches_its_rounds_through_joblib(tmp_path, tracking_uri):
+    """Through the configured launcher (two joblib workers): every round's jobs are children of
+    the one parent, and the race decided on the values its children recorded."""
+    done = race(
+        [
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+            "sampler=uniform,weighted",
+            "hydra.sweeper.min_seeds=2",
+            "hydra.sweeper.max_seeds=3",
+            "trainer.epochs=2",
+            *QUICK,
+            f"tracking.uri={tracking_uri}",
+        ],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, parent, children = sweep_runs(tracking_uri)
+    assert parent.info.status == "FINISHED" and {c.info.status for c in children} == {"FINISHED"}
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    folder = tmp_path / "artifacts"
+    client.download_artifacts(parent.info.run_id, "race.json", str(folder))
+    record = json.loads((folder / "race.json").read_text())
+    assert record["runs"] == len(children) == parent.data.metrics["advice/runs_used"]
+    recorded = {
+        (c.data.tags["sampler"], int(c.data.params["seed"])): c.data.metrics[
+            "val/balanced_accuracy"
+        ]
+        for c in children
+    }
+    raced = {(n, int(s)): v for n, by_seed in record["values"].items() for s, v in by_seed.items()}
+    assert raced == recorded
+    assert parent.data.tags["advice/winner"].split(",")[0] == "weighted"  # uniform: far behind
+
+
 def test_the_plugin_is_found_from_outside_the_repository(tmp_path):
     shown = subprocess.run(
         [sys.executable, "-m", "runner", "hydra/sweeper=race", "--cfg", "hydra"],
