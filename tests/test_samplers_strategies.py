@@ -6,18 +6,15 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from scipy.stats import chi2
 
 import samplers
 from samplers import sampling_stats
-from samplers._tables import AliasTable, GuideTable
 from samplers.strategies import schedule_progress
+from tests.helpers.strategies import LABELS
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
-LABELS = torch.tensor([0] * 500 + [1] * 200 + [2] * 60 + [3] * 15 + [4] * 3)
 COUNTS = torch.bincount(LABELS).double()
 
 
@@ -284,62 +281,6 @@ def test_sampling_stats_on_a_hand_computed_case():
     assert sampling_stats(torch.tensor([0, 1]), labels).imbalance_ratio == math.inf
 
 
-BAD_INPUT = [
-    (lambda: samplers.UniformSampler([]), "labels: empty"),
-    (lambda: samplers.UniformSampler([0, -1]), "negative class id"),
-    (lambda: samplers.UniformSampler([0.5, 1.0]), "non-integer"),
-    (
-        lambda: samplers.UniformSampler([0, 1], num_samples=3),
-        "num_samples=3 exceeds the dataset size",
-    ),
-    (
-        lambda: samplers.WeightedSampler([0, 1], class_weights=[1, float("nan")]),
-        "class_weights: contains NaN",
-    ),
-    (
-        lambda: samplers.WeightedSampler([0, 1], class_weights=[1, float("inf")]),
-        "class_weights: contains NaN or infinite",
-    ),
-    (
-        lambda: samplers.WeightedSampler([0, 1], class_weights=[1, -1]),
-        "class_weights: contains negative",
-    ),
-    (
-        lambda: samplers.WeightedSampler([0, 1], sample_weights=[0, 0]),
-        "sample_weights: all weights are zero",
-    ),
-    (lambda: samplers.WeightedSampler([0, 1], sample_weights=[1, 1, 1]), "expected 2 values"),
-    (lambda: samplers.WeightedSampler([0, 1], q=1, beta=0.9), "at most one of"),
-    (
-        lambda: samplers.WeightedSampler([0, 1, 1], sample_weights=[1, 0, 1], replacement=False),
-        "exceeds the 2 samples with positive weight",
-    ),
-    (
-        lambda: samplers.AnnealedSampler([0, 1], total_epochs=0),
-        r"total_epochs \(T\) must be a positive",
-    ),
-    (
-        lambda: samplers.AnnealedSampler([0, 1], total_epochs=5, schedule="exp"),
-        "schedule='exp' is unknown",
-    ),
-    (lambda: samplers.HardMinedSampler([0, 1], floor=0), "floor must lie in"),
-    (lambda: samplers.HardMinedSampler([0, 1], momentum=1.0), "momentum must lie in"),
-    (lambda: samplers.UniformSampler([0, 1], rank=2, world_size=2), "rank must be an integer in"),
-    (lambda: samplers.UniformSampler([0, 1], seed=1.5), "seed must be an integer"),
-    (
-        lambda: samplers.DeferredSampler([0, 1], total_epochs=5, defer_fraction=1.0),
-        r"defer_fraction must lie in \[0, 1\)",
-    ),
-    (lambda: samplers.UniformSampler([0, 1]).state_dict(consumed=-1), "consumed must be a non"),
-]
-
-
-@pytest.mark.parametrize(("build", "message"), BAD_INPUT)
-def test_bad_input_names_the_parameter(build, message):
-    with pytest.raises(ValueError, match=message):
-        build()
-
-
 def test_more_than_two_to_the_24_samples():
     n = 2**24 + 1000  # torch.multinomial and WeightedRandomSampler refuse this many categories
     labels = torch.zeros(n, dtype=torch.long)
@@ -348,50 +289,6 @@ def test_more_than_two_to_the_24_samples():
     drawn = sampler.epoch_indices()
     assert int(drawn.max()) >= 2**24  # the tail beyond 2^24 is reachable
     chi_square_ok(drawn, labels, torch.tensor([0.5, 0.5], dtype=torch.float64))
-
-
-def implied_probabilities(table: AliasTable) -> torch.Tensor:
-    """What the alias table draws: bucket k keeps itself with keep[k], else gives alias[k]."""
-    k = table.keep.numel()
-    p = table.keep.clone()
-    p.index_add_(0, table.alias, 1.0 - table.keep)
-    return p / k
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.one_of(st.just(0.0), st.floats(1e-9, 1e9)), min_size=1, max_size=300).filter(
-        lambda w: sum(w) > 0
-    )
-)
-def test_alias_table_reproduces_any_weights_exactly(weights):
-    w = torch.tensor(weights, dtype=torch.float64)
-    table = AliasTable(w)
-    assert ((table.keep >= 0) & (table.keep <= 1)).all()
-    assert torch.allclose(implied_probabilities(table), w / w.sum(), rtol=1e-9, atol=1e-12)
-    assert (implied_probabilities(table)[w == 0] == 0).all()  # zero weight: never drawn
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.one_of(st.just(0.0), st.floats(1e-9, 1e9)), min_size=1, max_size=300).filter(
-        lambda w: sum(w) > 0
-    ),
-    st.integers(0, 2**31),
-)
-def test_guide_table_reproduces_any_weights_exactly(weights, seed):
-    w = torch.tensor(weights, dtype=torch.float64)
-    table = GuideTable(w)
-    # What the table draws: item i covers [ends[i-1], ends[i]) of [0, total).
-    widths = torch.diff(table.ends, prepend=torch.zeros(1, dtype=torch.float64)) / table.total
-    assert torch.allclose(widths, w / w.sum(), rtol=1e-9, atol=1e-12)
-    assert (widths[w == 0] == 0).all()  # zero weight: an empty interval, never drawn
-    # The guided lookup finds the covering item exactly as a binary search does.
-    u = torch.rand(2000, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-    u = torch.cat([u * table.total, table.ends[:-1]])  # item ends: the boundary cases
-    u = u[u < table.total]  # trailing zero weights end at the total, outside [0, total)
-    expected = torch.searchsorted(table.ends, u, right=True)
-    assert torch.equal(table.lookup(u), expected)
 
 
 def test_hard_mined_temperature_and_a_class_with_zero_losses():
@@ -483,40 +380,3 @@ def test_mixture_of_strategies_takes_each_share_from_its_component():
     chi_square_ok(batches[:, 7:], LABELS, balanced)  # the class-balanced columns
     # The instance-balanced columns are one shuffle without replacement: no sample twice.
     assert batches[:, :7].unique().numel() == 777
-
-
-def test_mixture_validation():
-    with pytest.raises(ValueError, match="one share per component"):
-        samplers.MixtureSampler(LABELS, components=[[0]], shares=[0.5, 0.5], batch_size=4)
-    with pytest.raises(ValueError, match="a component gets no item per batch"):
-        samplers.MixtureSampler(LABELS, components=[[0], [1]], shares=[0.95, 0.05], batch_size=4)
-    with pytest.raises(ValueError, match="pass its class or a functools.partial"):
-        samplers.MixtureSampler(
-            LABELS, components=[samplers.UniformSampler(LABELS)], shares=[1], batch_size=4
-        )
-    with pytest.raises(ValueError, match=r"pool indices must lie in \[0, 778\)"):
-        samplers.MixtureSampler(LABELS, components=[[0, 778]], shares=[1], batch_size=4)
-    with pytest.raises(ValueError, match="a mixture takes index samplers"):
-        samplers.MixtureSampler(
-            LABELS,
-            components=[lambda y, **kw: samplers.FixedClassSampler(y, quotas=[1] * 5)],
-            shares=[1],
-            batch_size=4,
-        )
-
-
-BAD_BOOLEANS = [
-    (lambda v: samplers.UniformSampler(LABELS, replacement=v), "replacement"),
-    (lambda v: samplers.WeightedSampler(LABELS, replacement=v), "replacement"),
-    (lambda v: samplers.UniformSampler(LABELS, drop_last=v), "drop_last"),
-    (lambda v: samplers.HardMinedSampler(LABELS, class_balanced=v), "class_balanced"),
-    (lambda v: samplers.FixedClassSampler(LABELS, quotas=[1] * 5, replacement=v), "replacement"),
-    (lambda v: samplers.DeferredSampler(LABELS, total_epochs=5, replacement=v), "replacement"),
-]
-
-
-@pytest.mark.parametrize(("build", "name"), BAD_BOOLEANS)
-@pytest.mark.parametrize("value", ["False", 0, 1, "true"])
-def test_bad_booleans_raise_naming_the_parameter(build, name, value):
-    with pytest.raises(ValueError, match=f"{name} must be True or False, got {value!r}"):
-        build(value)

@@ -1,8 +1,10 @@
-"""Every strategy with small default parameters, for tests that cover them all."""
+"""Every strategy with small default parameters, and a small long tail to draw from."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+import torch
 
 import samplers
 
@@ -34,6 +36,9 @@ STRATEGIES: dict[str, Callable[..., samplers.Sampler]] = {
     "hard_mined": lambda labels, **kw: samplers.HardMinedSampler(labels, **kw),
     "hybrid": lambda labels, **kw: samplers.HybridSampler(labels, **kw),
 }
+
+# Five classes from 500 down to 3 members: a long tail small enough to test exactly.
+LABELS = torch.tensor([0] * 500 + [1] * 200 + [2] * 60 + [3] * 15 + [4] * 3)
 
 BATCH_SAMPLERS = {"fixed_class", "fixed_class_independent", "mixture"}
 WITHOUT_REPLACEMENT = {"uniform", "weighted_no_replacement"}
