@@ -60,9 +60,9 @@ def bad_inputs(tmp_path_factory, migrated_store):
     Image.fromarray(np.zeros((9, 9, 3), np.uint8)).save(mixed / "test" / "b" / "001.png")
     image = ["data=image_folder_lt", "model=small_cnn", f"data.cache_dir={tmp / 'cache'}"]
     files = bad_file_cases(tmp)
-    # Through the CLI: Hydra's composition, one value of each kind, every store, divergence
-    # (a FAILED run) and resume. The rest go through the same checks in this process
-    # (:func:`_in_process`): the CLI prints the same message for every user error.
+    # Through the CLI: Hydra's composition, one value of each kind, non-finite data, every
+    # store, divergence (a FAILED run) and resume. The rest go through the same checks in this
+    # process (:func:`_in_process`): the CLI prints the same message for every user error.
     cli = [
         # composition: Hydra's own checks
         (["trainer.epoch=3"], "trainer.epoch"),
@@ -78,7 +78,13 @@ def bad_inputs(tmp_path_factory, migrated_store):
         (["data.imbalance_factor=0.5"], "data.imbalance_factor"),
         ([*image, f"data.root={corrupt}", "data.imbalance_factor=2"], "000.png"),
         (["loss=focal", "loss.gamma=-1"], "loss.gamma"),
-        files[0],  # a tensor file holding nan
+        # non-finite samples, every split (tensor files) and a synthetic source
+        *files[:4],
+        (["data.noise=inf"], "data.noise"),
+        (  # the YAML sets the other two: the message says how to unset them
+            ["sampler=fixed_class", "+sampler.quotas=[13,13,13,13,13,13,13,13,13,11]"],
+            "sampler.classes_per_batch=null sampler.samples_per_class=null",
+        ),
         # divergence: a FAILED run, never FINISHED
         (["trainer.lr=1e6", "trainer.warmup_epochs=0"], "trainer.lr"),
         (["trainer.classifier_epochs=1", "trainer.classifier_lr=1e30"], "trainer.classifier_lr"),
@@ -117,14 +123,9 @@ def bad_inputs(tmp_path_factory, migrated_store):
         ),
         (["sampler=fixed_class", "trainer.batch_size=100"], "batch_size"),
         (["sampler=hard_mined", "sampler.floor=0"], "floor"),
-        (  # the YAML sets the other two: the message says how to unset them
-            ["sampler=fixed_class", "+sampler.quotas=[13,13,13,13,13,13,13,13,13,11]"],
-            "sampler.classes_per_batch=null sampler.samples_per_class=null",
-        ),
         # data
         (["data.n_max=50", "data.imbalance_factor=100"], "data.n_max"),
         (["data.num_classes=1"], "num_classes"),
-        (["data.noise=inf"], "data.noise"),
         (["data=cifar10_lt", "data.root=/nonexistent"], "data.root"),
         (["data=cifar100_lt", "data.variant=cifar20"], "data.variant"),
         (["data=image_folder_lt"], "data.root"),
@@ -132,7 +133,7 @@ def bad_inputs(tmp_path_factory, migrated_store):
         ([*image, f"data.root={disjoint}"], "['b']"),
         ([*image, f"data.root={mixed}", "data.imbalance_factor=2"], "001.png"),
         # the user's own files (tests/helpers/bad_files.py)
-        *files[1:],
+        *files[4:],
         # losses and models
         (["loss.weights=sampler"], "loss.weights"),
         (["loss=cb_ce", "loss.beta=1.5"], "loss.beta"),
