@@ -81,7 +81,7 @@ bench: install  ## sampler speed vs torch and pytorch-metric-learning; the DataL
 	$(PY) -m experiments.bench_data
 	$(PY) -m experiments.bench_loop
 
-bench-race: install  ## the race against the full 90-run digits grid (CPU heavy: ~5 min on 2 cores); writes docs/results/
+bench-race: install  ## the race against the full 90-run digits grid (CPU heavy: ~12 min on 2 cores); writes docs/results/
 	$(PY) -m experiments.bench_race
 
 tables: install  ## re-render every results table in docs/ from docs/results/*.json

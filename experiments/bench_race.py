@@ -14,10 +14,10 @@ recipe (``+experiment=digits data.val_per_class=20``), selection on validation.
 
 The race reaches the grid's decision when its winner (its leader at the end, what its advice
 names) is the grid's leader or one the grid cannot separate from it; all its survivors among
-those leaders is the stricter reading, and both are recorded. Writes ``docs/results/digits_grid.json`` (the grid's runs) and
-``docs/results/race_bench.json``, then renders the tables (:mod:`experiments.tables`). Both
-sweeps run with the basic launcher, one job at a time; CPU heavy (the grid took ~186 s on 2 idle
-cores).
+those leaders is the stricter reading, and both are recorded. Writes
+``docs/results/digits_grid.json`` (the grid's runs) and ``docs/results/race_bench.json``, then
+renders the tables (:mod:`experiments.tables`). Both sweeps run with the basic launcher, one
+job at a time; CPU heavy (the grid took 522 s on 2 lightly loaded cores).
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import mlflow
 from mlflow.entities import Run
@@ -47,18 +46,6 @@ def experiment_id(client: MlflowClient, uri: str, name: str) -> str:
                 f"cannot create or open experiment {name!r} ({str(error).splitlines()[0][:200]})",
                 "check that the store is writable, or choose another tracking.experiment",
             ) from error
-
-
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested mapping -> {"a.b.c": "value"}."""
-    flat: dict[str, str] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = str(value)
-    return flat
 
 
 def git_commit() -> str:

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.config import config_key, resolved
 from runner.errors import UserError
-from runner.runs import context_tags, experiment_id, find_run, flatten
+from runner.runs import context_tags, experiment_id, find_run
 from runner.signals import held
 from runner.stores import project_store, resolve_uri
 
@@ -58,6 +58,18 @@ class StoreLost(UserError):
             f"({type(error).__name__}: {first})",
             unlogged,
         )
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested mapping -> {"a.b.c": "value"}."""
+    flat: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = str(value)
+    return flat
 
 
 def _chunks(items: list, size: int) -> Iterable[list]:
