@@ -210,9 +210,9 @@ def race_orders_table(folder: Path) -> str:
     table = {(c, s): v for c, by_seed in values.items() for s, v in by_seed.items()}
     rows = []
     for budget in (bench["race"]["max_runs"], None):
-        races = seed_orders(
-            partial(Race, record["candidates"], max_runs=budget), table, grid["seeds"], ORDERS
-        )
+        settings = {k: record[k] for k in ("min_seeds", "max_seeds", "alpha")}
+        race = partial(Race, record["candidates"], max_runs=budget, **settings)
+        races = seed_orders(race, table, grid["seeds"], ORDERS)
         winners = Counter(r.survivors[0] for r in races)
         runs = np.array([r.runs for r in races])
         rows.append(
