@@ -21,6 +21,8 @@ from tests.helpers.bad_files import bad_file_cases
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
 
 RUN = [sys.executable, "-m", "runner"]
+# Every case, through the CLI or in process: one short epoch, nothing slow recorded.
+SHORT = ["trainer.epochs=1", "trainer.progress=false", "tracking.log_model=false"]
 
 
 def _write_images(root: Path, layout: dict[str, dict[str, int]], size: int = 8) -> Path:
@@ -147,14 +149,7 @@ def bad_inputs(tmp_path_factory, migrated_store):
         extra = [] if any(a.startswith("tracking.uri=") for a in args) else [f"tracking.uri={uri}"]
         started = time.perf_counter()
         done = subprocess.run(
-            [
-                *RUN,
-                "trainer.epochs=1",
-                "trainer.progress=false",
-                "tracking.log_model=false",
-                *extra,
-                *args,
-            ],
+            [*RUN, *SHORT, *extra, *args],
             cwd=tmp,
             capture_output=True,
             text=True,
@@ -181,15 +176,7 @@ def _in_process(args: list[str], uri: str, cwd: Path) -> tuple[subprocess.Comple
     started, before = time.perf_counter(), os.getcwd()
     os.chdir(cwd)
     try:
-        cfg = compose_config(
-            [
-                "trainer.epochs=1",
-                "trainer.progress=false",
-                "tracking.log_model=false",
-                f"tracking.uri={uri}",
-                *args,
-            ]
-        )
+        cfg = compose_config([*SHORT, f"tracking.uri={uri}", *args])
         check_targets(cfg)
         run(cfg)
         done = subprocess.CompletedProcess(args, 0, "", "")

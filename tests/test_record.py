@@ -151,4 +151,4 @@ def test_system_metrics_are_recorded_while_the_run_trains_when_asked(tmp_path, t
     system = {key for key in run.data.metrics if key.startswith("system/")}
     assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= system
     history = client.get_metric_history(run.info.run_id, "system/cpu_utilization_percentage")
-    assert history and all(0 <= m.value <= 100 * os.cpu_count() for m in history)
+    assert history and all(0 <= m.value <= 100 for m in history)  # psutil: the whole machine
