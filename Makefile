@@ -71,21 +71,21 @@ lint: install install-frameworks  ## ruff lint and format check; mypy (strict on
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict samplers
-	$(VENV)/bin/mypy runner experiments
+	$(VENV)/bin/mypy runner experiments scripts hydra_plugins
 
 docs: install  ## the manual (mkdocs.yml, docs/): mkdocs build --strict into site/, offline
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: install  ## sampler speed vs torch and pytorch-metric-learning; the DataLoader path vs shuffle=True; the loop vs the bare train step
-	$(PY) -m experiments.bench
-	$(PY) -m experiments.bench_data
-	$(PY) -m experiments.bench_loop
+	$(PY) -m scripts.bench
+	$(PY) -m scripts.bench_data
+	$(PY) -m scripts.bench_loop
 
 bench-race: install  ## the race against the full 90-run digits grid (CPU heavy: ~12 min on 2 cores); writes docs/results/
-	$(PY) -m experiments.bench_race
+	$(PY) -m scripts.bench_race
 
 tables: install  ## re-render every results table in docs/ from docs/results/*.json
-	$(PY) -m experiments.tables
+	$(PY) -m scripts.tables
 
 report: install  ## the newest sweep's report, onto its parent run (PARENT=id, EXPERIMENT=samplerlab)
 	$(PY) -m experiments.report $(if $(PARENT),--parent $(PARENT),--experiment $(or $(EXPERIMENT),samplerlab))
@@ -97,8 +97,8 @@ ui: install  ## MLflow UI for the local store on http://127.0.0.1:5000 (PORT=...
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(PORT)
 
 gpu-check: install  ## on a GPU machine: the CUDA path end to end (device, bfloat16, data on the GPU), timed; loop vs bare step, eager vs compiled
-	$(PY) -m experiments.gpu_check --out gpu-check.json
-	$(PY) -m experiments.bench_loop --device cuda --batches 50
+	$(PY) -m scripts.gpu_check --out gpu-check.json
+	$(PY) -m scripts.bench_loop --device cuda --batches 50
 
 server: install install-server  ## shared tracking: mlflow server + PostgreSQL on 127.0.0.1:$(PORT) (data in server/)
 	$(PY) -m runner.server --port $(PORT) --folder $(CURDIR)/server

@@ -1,1 +1,1 @@
-"""The sampler benchmark, the comparison report (and what it reads and draws), the browser check."""
+"""The race (a Hydra sweeper's rounds and advice) and the comparison report: what a sweep or a race publishes, built on ``runner``."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from experiments.browser import (
+from scripts.browser import (
     browser_page,
     chromium_available,
     mlflow_ui,

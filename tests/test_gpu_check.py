@@ -16,15 +16,15 @@ pytestmark = [
 
 def test_without_a_gpu_it_says_so_in_one_line():
     done = subprocess.run(
-        [sys.executable, "-m", "experiments.gpu_check"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "scripts.gpu_check"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 2 and done.stdout.strip().count("\n") == 0
     assert "needs a CUDA device" in done.stdout
 
 
 def test_its_checks_run_and_fail_honestly_on_the_cpu(capsys):
-    from experiments.gpu_check import check_case
     from runner.config import register
+    from scripts.gpu_check import check_case
 
     register()
     ok, figures = check_case("small_cnn-digits", ["data=digits_lt", "model=small_cnn"], epochs=1)

@@ -1,4 +1,5 @@
-"""The layers run one way: ``samplers`` <- ``runner`` <- ``experiments``, and no module imports
+"""The layers run one way: ``samplers`` <- ``runner`` <- ``experiments`` <- ``scripts`` (what make
+targets run: benchmarks, the docs' tables, the browser check), and no module imports
 itself back through others (every import counted, also those inside functions)."""
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
-PACKAGES = ("samplers", "runner", "experiments")
-LAYER = {"samplers": 0, "runner": 1, "experiments": 2}
+PACKAGES = ("samplers", "runner", "experiments", "scripts")
+LAYER = {"samplers": 0, "runner": 1, "experiments": 2, "scripts": 3}
 
 
 def _module_name(path: Path) -> str:

@@ -1,4 +1,4 @@
-"""Tables that cannot drift: the committed tables are what ``python -m experiments.tables``
+"""Tables that cannot drift: the committed tables are what ``python -m scripts.tables``
 renders from the stored study artifacts, and the command writes between markers only."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import shutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from experiments import tables
 from experiments.report import build_report
 from experiments.store import child_runs, get_run, open_store
+from scripts import tables
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
 
 def test_the_committed_tables_match_their_artifacts():
-    assert tables.stale() == [], "run python -m experiments.tables and commit the result"
+    assert tables.stale() == [], "run python -m scripts.tables and commit the result"
     shown = {
         m.group("name") for p in tables.documents() for m in tables.MARKER.finditer(p.read_text())
     }

@@ -11,7 +11,7 @@ candidate's outcome; the paired difference of two candidates on one seed then ha
     python -m experiments.race.simulate --out docs/results/race_rule.json
 
 writes the scenario table that ``docs/results/race_rule.md`` shows (``python -m
-experiments.tables`` renders it).
+scripts.tables`` renders it).
 """
 
 from __future__ import annotations

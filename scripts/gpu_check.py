@@ -1,6 +1,6 @@
 """`make gpu-check`: the CUDA path end to end, for a machine with a GPU.
 
-    python -m experiments.gpu_check [--epochs 3] [--out gpu-check.json]
+    python -m scripts.gpu_check [--epochs 3] [--out gpu-check.json]
 
 Trains through the runner on the GPU (``trainer.device=auto``) and checks what docs/scaling.md
 promises there: the model and the in-memory training data live on the device, the forward pass

@@ -9,7 +9,7 @@ fill rate, measured in the same run: float64 uniforms filled in chunks on the sa
 drawing pool, the most random numbers per second any draw could use. Labels: 100 classes,
 long-tailed with imbalance factor 100. At the end: the issue-6 targets at 10^7, met or not.
 
-    python -m experiments.bench [--sizes 1e4 1e5 ...] [--repeats 3]
+    python -m scripts.bench [--sizes 1e4 1e5 ...] [--repeats 3]
 """
 
 from __future__ import annotations

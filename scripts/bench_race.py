@@ -1,7 +1,7 @@
 """The race against the full grid on digits: the same 9 strategies, the same seeds 0-9, the same
 recipe (``+experiment=digits data.val_per_class=20``), selection on validation.
 
-    python -m experiments.bench_race [--store DIR] [--max-runs 36] [--grid PARENT_ID]
+    python -m scripts.bench_race [--store DIR] [--max-runs 36] [--grid PARENT_ID]
 
 1. the grid: every strategy on every seed (90 runs), one look at the end: its leader, and the
    strategies not separable from it (the race's rule at one look, alpha 0.05; also the report's
@@ -16,7 +16,7 @@ The race reaches the grid's decision when its winner (its leader at the end, wha
 names) is the grid's leader or one the grid cannot separate from it; all its survivors among
 those leaders is the stricter reading, and both are recorded. Writes
 ``docs/results/digits_grid.json`` (the grid's runs) and ``docs/results/race_bench.json``, then
-renders the tables (:mod:`experiments.tables`). Both sweeps run with the basic launcher, one
+renders the tables (:mod:`scripts.tables`). Both sweeps run with the basic launcher, one
 job at a time; CPU heavy (the grid took 522 s on 2 lightly loaded cores).
 """
 
@@ -34,10 +34,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments import tables
-from experiments.artifacts import values_of
 from experiments.race.race import Race, replay
-from experiments.race.tables import grid_decision
+from scripts import tables
+from scripts.artifacts import values_of
+from scripts.race_tables import grid_decision
 
 LOADS: dict[str, list[float]] = {}
 GRID = ["+experiment=digits", "seed=range(10)", "data.val_per_class=20"]

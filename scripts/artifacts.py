@@ -1,6 +1,6 @@
 """Stored study artifacts: a sweep's finished runs written to ``docs/results/<name>.json``
 (their headline metrics, seeds and tags) and read back, for tables that cannot drift from the
-runs they come from (:mod:`experiments.tables`)."""
+runs they come from (:mod:`scripts.tables`)."""
 
 from __future__ import annotations
 

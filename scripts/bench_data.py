@@ -11,7 +11,7 @@ over the memory budget; the baseline uses torchvision's ``PILToTensor``), and as
 (``data=tensor_file`` over the budget; the baseline a ``TensorDataset``). Each figure is the best
 of ``--repeats`` epochs, worker start-up included.
 
-    python -m experiments.bench_data [--images 4000] [--tensor-images 50000] [--workers 2]
+    python -m scripts.bench_data [--images 4000] [--tensor-images 50000] [--workers 2]
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ step. Then the bare step of the small CNN and ResNet-32 in eager mode, channels-
 compiled with ``torch.compile`` (when it compiles here).
 ``--device cuda`` measures the same on a GPU, in bfloat16 autocast as the runner trains there.
 
-    python -m experiments.bench_loop [--batches 30] [--repeats 5] [--threads 0] [--no-compile]
+    python -m scripts.bench_loop [--batches 30] [--repeats 5] [--threads 0] [--no-compile]
         [--device cpu|cuda] [--models small_cnn resnet32]
 """
 

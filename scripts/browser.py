@@ -2,7 +2,7 @@
 
 Used by tests/test_browser.py, and for the docs' screenshots of a sweep's parent run:
 
-    python -m experiments.browser --uri sqlite:///mlflow.db --experiment study-digits --out experiments/screenshots/
+    python -m scripts.browser --uri sqlite:///mlflow.db --experiment study-digits --out scripts/screenshots/
 
 It starts ``mlflow ui`` on a free port, shows the sweep's parent row with its summary metrics
 and its children expanded, then the report.html artifact, and saves both as PNGs.
@@ -176,12 +176,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from experiments.store import StoreError, experiment_id, get_run, latest_sweep, open_store
 
-    parser = argparse.ArgumentParser(prog="python -m experiments.browser", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m scripts.browser", description=__doc__)
     parser.add_argument("--uri", default=None)
     parser.add_argument("--experiment", default="samplerlab")
     parser.add_argument("--parent", default=None, help="the sweep's parent run (default: newest)")
     parser.add_argument(
-        "--out", default="experiments/screenshots", help="folder for the two screenshots"
+        "--out", default="scripts/screenshots", help="folder for the two screenshots"
     )
     args = parser.parse_args(argv)
     try:
@@ -189,17 +189,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         exp = experiment_id(client, uri, args.experiment)
         parent = get_run(client, uri, args.parent) if args.parent else latest_sweep(client, exp)
     except StoreError as err:
-        print(f"experiments.browser: {err}", file=sys.stderr)
+        print(f"scripts.browser: {err}", file=sys.stderr)
         return 2
     if parent is None:
-        print(f"experiments.browser: no sweep in experiment {args.experiment!r}", file=sys.stderr)
+        print(f"scripts.browser: no sweep in experiment {args.experiment!r}", file=sys.stderr)
         return 2
     children = MlflowClient(tracking_uri=uri).search_runs(
         [parent.experiment_id], f"tags.mlflow.parentRunId = '{parent.run_id}'"
     )
     means = sorted(k for k in parent.metrics if k.endswith("/final_balanced_accuracy_mean"))
     if not means:
-        print("experiments.browser: the parent run has no summary metrics (make report)")
+        print("scripts.browser: the parent run has no summary metrics (make report)")
         return 2
     out = Path(args.out)
     with mlflow_ui(uri, out / "mlflow-ui.log") as base, browser_page(height=1100) as page:

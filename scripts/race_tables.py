@@ -1,6 +1,6 @@
 """The race's tables: the validation grid and its decision, the benchmark of the race against
 the grid, the race's rounds, and the elimination rule's simulated error rates, each rendered from
-a stored artifact in ``docs/results/`` (:mod:`experiments.tables` writes them into the docs)."""
+a stored artifact in ``docs/results/`` (:mod:`scripts.tables` writes them into the docs)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from experiments.artifacts import load, markdown_table, values_of
+from scripts.artifacts import load, markdown_table, values_of
 
 if TYPE_CHECKING:
     from experiments.stats import Paired

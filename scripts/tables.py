@@ -6,9 +6,9 @@ written between markers in the Markdown files that show it::
     ... rendered, never edited by hand ...
     <!-- table:digits-test:end -->
 
-    python -m experiments.tables                       # re-render every marked table
-    python -m experiments.tables --check               # exit 1 when a committed table is stale
-    python -m experiments.tables --export digits_grid --parent RUN_ID --uri sqlite:///mlflow.db
+    python -m scripts.tables                       # re-render every marked table
+    python -m scripts.tables --check               # exit 1 when a committed table is stale
+    python -m scripts.tables --export digits_grid --parent RUN_ID --uri sqlite:///mlflow.db
 
 ``--export`` writes a sweep's finished runs (their headline ``final/`` and ``val/`` metrics,
 seeds and tags: what the tables read) to ``docs/results/<name>.json``. The files scanned are
@@ -24,8 +24,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from experiments.artifacts import RESULTS, ROOT, export_runs, load, markdown_table, runs_of
-from experiments.race.tables import (
+from scripts.artifacts import RESULTS, ROOT, export_runs, load, markdown_table, runs_of
+from scripts.race_tables import (
     race_bench_table,
     race_headline_table,
     race_orders_table,
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         old = stale()
         for path in old:
-            print(f"stale tables in {path.relative_to(ROOT)}: run python -m experiments.tables")
+            print(f"stale tables in {path.relative_to(ROOT)}: run python -m scripts.tables")
         return 1 if old else 0
     for path in write():
         print(f"rendered tables in {path.relative_to(ROOT)}")
