@@ -27,19 +27,10 @@ from hydra.core.override_parser.types import Override
 from hydra.core.utils import JobReturn
 
 from experiments.race.race import Race, Round
+from experiments.race.settings import RaceSettings
 from runner.errors import UserError
 
 SEED = "seed"  # the override that names a replicate
-
-
-@dataclass(frozen=True)
-class Settings:
-    """``hydra.sweeper.*`` of the race (see hydra_plugins/samplerlab_race)."""
-
-    min_seeds: int = 3
-    max_seeds: int = 10
-    max_runs: int | None = None
-    alpha: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -104,7 +95,7 @@ def plan_from(overrides: Sequence[Override], max_seeds: int) -> Plan:
     return Plan(candidates, seeds, tuple(fixed.values()))
 
 
-def new_race(plan: Plan, settings: Settings) -> Race:
+def new_race(plan: Plan, settings: RaceSettings) -> Race:
     """The race, or a user error naming the ``hydra.sweeper`` setting that makes it impossible."""
     if len(plan.candidates) < 2:
         raise UserError(
@@ -117,14 +108,7 @@ def new_race(plan: Plan, settings: Settings) -> Race:
             f"are listed ({list(plan.seeds)})\nlist more seeds or lower hydra.sweeper.min_seeds"
         )
     try:
-        return Race(
-            list(plan.candidates),
-            plan.seeds,
-            min_seeds=settings.min_seeds,
-            max_seeds=settings.max_seeds,
-            max_runs=settings.max_runs,
-            alpha=settings.alpha,
-        )
+        return Race(list(plan.candidates), plan.seeds, settings)
     except ValueError as error:
         raise UserError(f"hydra.sweeper: {error}\nchange that setting") from error
 
@@ -158,7 +142,7 @@ Launch = Callable[[list[list[str]], int], Sequence[JobReturn]]
 
 def run(
     plan: Plan,
-    settings: Settings,
+    settings: RaceSettings,
     launch: Launch,
     validate: Callable[[list[list[str]]], None] | None = None,
 ) -> tuple[Race, dict[tuple[str, int], str], list[Sequence[JobReturn]]]:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from experiments.race.rule import look, rounds_possible, spending
+from experiments.race.settings import RaceSettings
 
 ONE_LEFT, MAX_SEEDS, MAX_RUNS = "one candidate left", "max_seeds", "max_runs"
 
@@ -46,14 +47,12 @@ class Round:
 
 @dataclass
 class Race:
-    """One race over ``candidates`` (labels) on ``seeds`` (in the order they are used)."""
+    """One race over ``candidates`` (labels) on ``seeds`` (in the order they are used), run as
+    ``settings`` say."""
 
     candidates: Sequence[str]
     seeds: Sequence[int]
-    min_seeds: int = 3
-    max_seeds: int = 10
-    max_runs: int | None = None
-    alpha: float = 0.05
+    settings: RaceSettings = field(default_factory=RaceSettings)
     values: dict[str, dict[int, float]] = field(default_factory=dict)
     rounds: list[Round] = field(default_factory=list)
     eliminated_in: dict[str, int] = field(default_factory=dict)
@@ -66,7 +65,10 @@ class Race:
             raise ValueError(f"candidates must be distinct: {list(self.candidates)}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct: {list(self.seeds)}")
-        self.max_seeds = min(self.max_seeds, len(self.seeds))
+        self.min_seeds = self.settings.min_seeds
+        self.max_seeds = min(self.settings.max_seeds, len(self.seeds))
+        self.max_runs = self.settings.max_runs
+        self.alpha = self.settings.alpha
         self.levels = spending(
             self.alpha,
             rounds_possible(len(self.candidates), self.min_seeds, self.max_seeds, self.max_runs),
