@@ -79,6 +79,16 @@ class RaceSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config
         )
 
+    def check_job(self, overrides: list[str]) -> None:
+        """Compose the job's config as the launcher will and run the runner's checks on it
+        (values, targets, the objective): the user error its job would stop with, at once."""
+        from runner.checks import check_objective, check_targets
+
+        assert self.hydra_context is not None and self.config is not None
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        check_targets(config)
+        check_objective(config, str(self.config.hydra.sweeper._target_))
+
     def sweep(self, arguments: list[str]) -> Any:
         from pathlib import Path
 
@@ -101,7 +111,7 @@ class RaceSweeper(Sweeper):
             plan,
             settings,
             lambda batch, first: launcher.launch(batch, initial_job_idx=first),
-            self.validate_batch_is_legal,
+            self.check_job,
         )
         objective = str(OmegaConf.select(self.config, "objective", default="objective"))
         where = driver.parent_of(self.hydra_context.callbacks)
