@@ -17,7 +17,8 @@ from omegaconf import DictConfig
 
 from runner.checks import check_objective
 from runner.distributed import backend, command, from_main, is_main
-from runner.fit import checkpoint_payload, fit
+from runner.errors import UserError, explain, is_user_error
+from runner.fit import Diverged, checkpoint_payload, fit
 from runner.parts import Parts, Progress, active_sweeper, build_parts, checkpoint_path, choices
 from runner.record import environment, system_metrics
 from runner.results import RESULT_PREFIXES, record_results, summary_text
@@ -29,6 +30,20 @@ from runner.sweep import job_parent
 from runner.tracking import Bystander, Recorder, StoreLost, Tracker, start_run
 
 log = logging.getLogger("runner")
+
+FAILURE_TAG = "failure"  # why a run ended FAILED, when the failure is the user's to fix
+
+
+def failure_reason(error: BaseException) -> str | None:
+    """Why a run that raised ``error`` failed, in a few words ("diverged at epoch 2", or the
+    first line of the user error), when the configuration is to blame: a divergence or a setting
+    its data or model cannot take. None for a crash (a bug) or a lost store."""
+    cause = error if isinstance(error, Diverged) else error.__cause__
+    if isinstance(cause, Diverged):
+        return f"diverged at epoch {cause.epoch + 1}"
+    if is_user_error(error) and not isinstance(error, StoreLost):
+        return explain(error).splitlines()[0]
+    return None
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
@@ -46,6 +61,13 @@ def run(cfg: DictConfig) -> dict[str, float]:
         if previous is not None and previous.status == "FINISHED":
             print(f"samplerlab: run {previous.run_id} already finished; nothing to resume")
             return {k: v for k, v in previous.metrics.items() if k.startswith(RESULT_PREFIXES)}
+        if previous is not None and previous.via_parent and FAILURE_TAG in previous.tags:
+            # The same config fails the same way: a resumed sweep (a race) gets the recorded
+            # failure back at once instead of training into it again.
+            raise UserError(
+                f"{previous.tags[FAILURE_TAG]}\n"
+                f"recorded by run {previous.run_id} of this sweep; not run again"
+            )
     parts = build_parts(cfg)
     progress = Progress()
     if previous is not None:  # before the run reopens: a checkpoint that fails leaves it as it was
@@ -115,7 +137,10 @@ def _train_recorded(
             f"continue it with: {_again(cfg, recorder)}"
         )
         raise StoreLost(f"{lost}\n{then}", lost.unlogged) from None
-    except BaseException:
+    except BaseException as error:
+        reason = failure_reason(error)
+        if reason is not None:
+            recorder.set_tags({FAILURE_TAG: reason})
         recorder.finish("FAILED")
         raise
     recorder.finish("FINISHED")

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.race.race import Race, replay
+from experiments.race.settings import RaceSettings
 from scripts import tables
 from scripts.artifacts import values_of
 from scripts.race_tables import grid_decision
@@ -103,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The same race on the grid's values: with the budget it is the real race again.
     table = {(c, s): v for c, by_seed in values.items() for s, v in by_seed.items()}
     order = list(record["candidates"])
-    capped = replay(Race(order, seeds, max_runs=args.max_runs), table)
+    capped = replay(Race(order, seeds, RaceSettings(max_runs=args.max_runs)), table)
     uncapped = replay(Race(order, seeds), table)
     repeats = max(
         abs(float(v) - values[c][int(s)])

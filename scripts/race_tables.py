@@ -202,6 +202,7 @@ def race_orders_table(folder: Path) -> str:
     from functools import partial
 
     from experiments.race.race import Race, seed_orders
+    from experiments.race.settings import RaceSettings
 
     bench = load("race_bench", folder)
     grid, record = bench["grid"], bench["race"]["record"]
@@ -211,7 +212,9 @@ def race_orders_table(folder: Path) -> str:
     rows = []
     for budget in (bench["race"]["max_runs"], None):
         settings = {k: record[k] for k in ("min_seeds", "max_seeds", "alpha")}
-        race = partial(Race, record["candidates"], max_runs=budget, **settings)
+        race = partial(
+            Race, record["candidates"], settings=RaceSettings(max_runs=budget, **settings)
+        )
         races = seed_orders(race, table, grid["seeds"], ORDERS)
         winners = Counter(r.survivors[0] for r in races)
         runs = np.array([r.runs for r in races])

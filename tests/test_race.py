@@ -206,3 +206,40 @@ def test_the_plugin_is_found_from_outside_the_repository(tmp_path):
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert "_target_: hydra_plugins.samplerlab_race.race_sweeper.RaceSweeper" in shown.stdout
     assert "min_seeds: 3" in shown.stdout and "alpha: 0.05" in shown.stdout
+
+
+def test_a_diverging_candidate_is_out_and_the_resumed_race_replays_it(tmp_path, tracking_uri):
+    """loss=ce,ldam on a linear head: ldam diverges (LDAM's scale 30 is meant for a cosine
+    head), the race answers ce and says why; resumed, it decides the same without training."""
+    args = ["loss=ce,ldam", "trainer.epochs=2", *QUICK, f"tracking.uri={tracking_uri}"]
+    done = race(args, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sentence = re.search(r"samplerlab race: (use .*)\.\n", done.stdout)
+    assert sentence and sentence.group(1).startswith("use ce: best on val/balanced_accuracy")
+    said = re.search(r"ldam out in round 1: (diverged at epoch \d on seeds? [\d, ]+)", done.stdout)
+    assert said, done.stdout[-3000:]
+    assert f"out: ldam ({said.group(1)})" in done.stdout  # the round's console line
+    client, parent, children = sweep_runs(tracking_uri)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["advice/winner"] == "ce"
+    assert parent.data.tags["advice/eliminated"] == "ldam"
+    failed = [c for c in children if c.info.status == "FAILED"]
+    assert failed and {c.data.tags["loss"] for c in failed} == {"ldam"}
+    assert {c.data.tags["failure"].split(" on ")[0] for c in failed} <= {
+        "diverged at epoch 1",
+        "diverged at epoch 2",
+    }
+    assert {c.info.status for c in children} <= {"FINISHED", "FAILED"}  # none left RUNNING
+    folder = tmp_path / "artifacts"
+    client.download_artifacts(parent.info.run_id, "", str(folder))
+    assert said.group(1) in (folder / "advice.md").read_text()
+    record = json.loads((folder / "race.json").read_text())
+    assert record["eliminated_in"] == {"ldam": 1} and set(record["failed"]) == {"ldam"}
+
+    again = race([*args, f"resume={parent.info.run_id}"], tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sentence.group(1) in again.stdout  # the same decision, word for word
+    assert "not run again" in again.stderr or "not run again" in again.stdout
+    _, parent, after = sweep_runs(tracking_uri)
+    assert {c.info.run_id for c in after} == {c.info.run_id for c in children}  # nothing new
+    assert parent.info.status == "FINISHED" and parent.data.tags["advice/winner"] == "ce"

@@ -12,8 +12,9 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from experiments.race import advice
-from experiments.race.driver import Settings, new_race, plan_from
+from experiments.race.driver import new_race, plan_from
 from experiments.race.race import MAX_RUNS, ONE_LEFT, Race, replay, seed_orders
+from experiments.race.settings import RaceSettings as Settings
 from runner.errors import UserError
 
 pytestmark = pytest.mark.unit  # in one process, seconds
@@ -91,7 +92,8 @@ def finished_race(max_runs: int | None = None) -> Race:
         table[("weighted", seed)] = 0.95 + wobble + 0.001 * (seed % 2)
         table[("hybrid", seed)] = 0.949 + wobble - 0.001 * (seed % 2)
     return replay(
-        Race(["uniform", "weighted", "hybrid"], list(range(10)), max_runs=max_runs), table
+        Race(["uniform", "weighted", "hybrid"], list(range(10)), Settings(max_runs=max_runs)),
+        table,
     )
 
 
@@ -130,7 +132,7 @@ def test_seed_orders_replay_the_race_with_its_seeds_shuffled_reproducibly():
     values.update({("c", s): 0.50 + 0.001 * s for s in range(8)})
 
     def race(order: list[int]) -> Race:
-        return Race(["a", "b", "c"], order, max_seeds=8)
+        return Race(["a", "b", "c"], order, Settings(max_seeds=8))
 
     races = seed_orders(race, values, list(range(8)), orders=50, seed=3)
     assert [r.seeds for r in races] == [

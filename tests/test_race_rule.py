@@ -19,11 +19,12 @@ from scipy.stats import t as student_t
 
 from experiments.race.race import MAX_RUNS, MAX_SEEDS, ONE_LEFT, Race, replay
 from experiments.race.rule import look, mcb_critical, mcb_exceedance, rounds_possible, spending
+from experiments.race.settings import RaceSettings
 from experiments.race.simulate import naive_races, run_races, simulate_races, simulated_values
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
-ALPHA = 0.05
+ALPHA = RaceSettings.alpha  # the races below run with the default settings
 TAIL = 0.001  # the chance a correct rule fails one of the binomial checks below
 RACES = 4000  # >= 2,000 simulated races per scenario
 SIGMA_D = math.sqrt(2)  # in units of sigma
@@ -92,11 +93,12 @@ def test_the_race_and_the_vectorised_simulation_decide_alike():
     """experiments.race.race.Race (what the sweeper runs) and run_races (what the simulations
     below run) make the same eliminations on the same outcomes, budget stops included."""
     values = simulated_values((0, 0, -1.5, -3, -4), 300, seed=11, max_seeds=8)
-    outcomes = run_races(values, min_seeds=3, max_seeds=8, max_runs=27)
+    settings = RaceSettings(min_seeds=3, max_seeds=8, max_runs=27)
+    outcomes = run_races(values, settings)
     names = [f"c{k}" for k in range(5)]
     for i in range(300):
         table = {(names[k], s): values[i, k, s] for k in range(5) for s in range(8)}
-        race = replay(Race(names, list(range(8)), min_seeds=3, max_seeds=8, max_runs=27), table)
+        race = replay(Race(names, list(range(8)), settings), table)
         assert [race.eliminated_in.get(c, 0) for c in names] == list(outcomes.eliminated[i])
         assert race.runs == outcomes.runs[i] <= 27
         assert race.stop_reason in (ONE_LEFT, MAX_SEEDS, MAX_RUNS)
@@ -120,9 +122,8 @@ NULL_SCENARIOS = {
 def test_the_best_is_eliminated_in_at_most_alpha_of_races(name):
     settings = dict(NULL_SCENARIOS[name])
     means = settings.pop("means")
-    outcomes = simulate_races(
-        means, RACES, seed=100 + sorted(NULL_SCENARIOS).index(name), **settings
-    )
+    seed = 100 + sorted(NULL_SCENARIOS).index(name)
+    outcomes = simulate_races(means, RACES, seed, RaceSettings(**settings))
     dropped = int((outcomes.eliminated[:, 0] > 0).sum())
     assert at_most(ALPHA, dropped, RACES), f"{name}: best out in {dropped}/{RACES}"
 

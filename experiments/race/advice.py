@@ -48,11 +48,20 @@ def _diff_text(race: Race, candidate: str) -> str:
 
 
 def eliminated_order(race: Race) -> list[str]:
-    """Eliminated candidates by round, the furthest behind first within a round."""
+    """Eliminated candidates by round; within a round the failed first, then the furthest
+    behind."""
     return sorted(
         race.eliminated_in,
-        key=lambda c: (race.eliminated_in[c], race.round_of(c).difference[c], c),
+        key=lambda c: (race.eliminated_in[c], race.round_of(c).difference.get(c, -math.inf), c),
     )
+
+
+def _out_text(race: Race, candidate: str) -> str:
+    """Why ``candidate`` is out: "out in round 1: diverged at epoch 2 on seeds 0, 1, 2", or
+    "out in round 1 (-14.9 points [-18.0, -11.8])"."""
+    failure = race.failure(candidate)
+    where = f"out in round {race.eliminated_in[candidate]}"
+    return f"{where}: {failure}" if failure else f"{where} ({_diff_text(race, candidate)})"
 
 
 def sentence(race: Race, objective: str) -> str:
@@ -73,9 +82,7 @@ def sentence(race: Race, objective: str) -> str:
         )
     parts = [head]
     for candidate in eliminated_order(race):
-        parts.append(
-            f"{candidate} out in round {race.eliminated_in[candidate]} ({_diff_text(race, candidate)})"
-        )
+        parts.append(f"{candidate} {_out_text(race, candidate)}")
     for candidate in survivors[1:]:
         parts.append(f"{candidate} not separable from {best} ({_diff_text(race, candidate)})")
     return "; ".join(parts)
@@ -133,7 +140,11 @@ def tables(
             f"{r.critical:.2f}",
             r.leader,
             f"{r.means[r.leader]:.4f}",
-            ", ".join(f"{c} ({_diff_text(race, c)})" for c in r.eliminated) or "—",
+            ", ".join(
+                [f"{c} (failed: {why})" for c, why in r.failed.items()]
+                + [f"{c} ({_diff_text(race, c)})" for c in r.eliminated]
+            )
+            or "—",
             str(len(r.candidates) - len(r.eliminated)),
             str(r.runs),
         ]
@@ -141,19 +152,25 @@ def tables(
     ]
     best = race.survivors[0]
     out_last_first = sorted(
-        race.eliminated_in, key=lambda c: (-race.eliminated_in[c], -race.round_of(c).means[c])
+        race.eliminated_in,
+        key=lambda c: (-race.eliminated_in[c], -race.round_of(c).means.get(c, -math.inf)),
     )
     candidates = []
     for c in [*race.survivors, *out_last_first]:
         look = race.round_of(c)
+        runs = str(len(race.values[c]) + len(race.failed.get(c, {})))
         if c in race.eliminated_in:
-            verdict = f"out in round {race.eliminated_in[c]}"
+            failure = race.failure(c)  # an interval has its own column
+            verdict = f"out in round {race.eliminated_in[c]}" + (f": {failure}" if failure else "")
         elif c == best:
             verdict = "winner" if len(race.survivors) == 1 else "leader (survivor)"
         else:
             verdict = "survivor: not separable"
+        if c not in look.means:  # out failing: no mean, nothing to compare
+            candidates.append([c, runs, "—", "—", verdict])
+            continue
         vs = "—" if c == look.leader else _diff_text(race, c)
-        candidates.append([c, str(len(race.values[c])), f"{look.means[c]:.4f}", vs, verdict])
+        candidates.append([c, runs, f"{look.means[c]:.4f}", vs, verdict])
     metric_names = list(confirmed[0].test) if confirmed else []
     confirmation = [
         [
@@ -204,6 +221,8 @@ def chart(race: Race, objective: str) -> bytes:
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for k, c in enumerate(race.candidates):
         seen = [r for r in race.rounds if c in r.candidates]
+        if not seen:  # failed in round 1: never looked at
+            continue
         x = [r.number + (k - len(race.candidates) / 2) * 0.03 for r in seen]
         means = [r.means[c] for r in seen]
         # One mean's interval from the pooled residual SD s (se = s * sqrt(2 / n)).

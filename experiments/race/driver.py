@@ -13,6 +13,12 @@ override goes to every job. Each job returns the run's objective to the sweeper
 whose run already FINISHED under that parent with the same config returns its stored objective
 without training, one that was stopped continues from its checkpoint, so the rounds replay to
 the same decisions and the race goes on from its last complete round.
+
+**A failing candidate.** A job that fails with a user-level error (it diverged, or a setting
+does not fit its data or model: :func:`runner.app.failure_reason`) takes its candidate out of
+the race with that reason, and the race goes on with the others; its run ends FAILED with the
+reason in its ``failure`` tag, which a resumed race gets back without training again. Any other
+exception is a crash (a bug) and stops the race, as in Hydra's basic sweeper.
 """
 
 from __future__ import annotations
@@ -27,19 +33,10 @@ from hydra.core.override_parser.types import Override
 from hydra.core.utils import JobReturn
 
 from experiments.race.race import Race, Round
-from runner.errors import UserError
+from experiments.race.settings import RaceSettings
+from runner.errors import UserError, explain, is_user_error
 
 SEED = "seed"  # the override that names a replicate
-
-
-@dataclass(frozen=True)
-class Settings:
-    """``hydra.sweeper.*`` of the race (see hydra_plugins/samplerlab_race)."""
-
-    min_seeds: int = 3
-    max_seeds: int = 10
-    max_runs: int | None = None
-    alpha: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -104,7 +101,7 @@ def plan_from(overrides: Sequence[Override], max_seeds: int) -> Plan:
     return Plan(candidates, seeds, tuple(fixed.values()))
 
 
-def new_race(plan: Plan, settings: Settings) -> Race:
+def new_race(plan: Plan, settings: RaceSettings) -> Race:
     """The race, or a user error naming the ``hydra.sweeper`` setting that makes it impossible."""
     if len(plan.candidates) < 2:
         raise UserError(
@@ -117,16 +114,22 @@ def new_race(plan: Plan, settings: Settings) -> Race:
             f"are listed ({list(plan.seeds)})\nlist more seeds or lower hydra.sweeper.min_seeds"
         )
     try:
-        return Race(
-            list(plan.candidates),
-            plan.seeds,
-            min_seeds=settings.min_seeds,
-            max_seeds=settings.max_seeds,
-            max_runs=settings.max_runs,
-            alpha=settings.alpha,
-        )
+        return Race(list(plan.candidates), plan.seeds, settings)
     except ValueError as error:
         raise UserError(f"hydra.sweeper: {error}\nchange that setting") from error
+
+
+def check_candidates(plan: Plan, check: Callable[[list[str]], None]) -> None:
+    """Every candidate's first job through ``check`` (which composes its config and runs the
+    runner's checks on it) before any job runs: a bad candidate is refused in one or two lines
+    that name it, rather than after the others trained."""
+    for candidate, overrides in plan.candidates.items():
+        try:
+            check(plan.job(candidate, plan.seeds[0]))
+        except Exception as error:
+            if not is_user_error(error):
+                raise
+            raise UserError(f"race candidate {' '.join(overrides)}: {explain(error)}") from error
 
 
 def parent_of(callbacks: Any) -> tuple[str, str] | None:
@@ -142,9 +145,12 @@ def parent_of(callbacks: Any) -> tuple[str, str] | None:
 def describe(round_: Round, race: Race) -> str:
     """One console line per round."""
     out = ", ".join(
-        f"{c} ({100 * round_.difference[c]:+.1f} points [{100 * (round_.difference[c] - round_.margin):+.1f}, "
-        f"{100 * (round_.difference[c] + round_.margin):+.1f}])"
-        for c in round_.eliminated
+        [f"{c} ({why})" for c, why in round_.failed.items()]
+        + [
+            f"{c} ({100 * round_.difference[c]:+.1f} points [{100 * (round_.difference[c] - round_.margin):+.1f}, "
+            f"{100 * (round_.difference[c] + round_.margin):+.1f}])"
+            for c in round_.eliminated
+        ]
     )
     return (
         f"samplerlab race: round {round_.number} ({len(round_.seeds)} seeds, level "
@@ -158,43 +164,67 @@ Launch = Callable[[list[list[str]], int], Sequence[JobReturn]]
 
 def run(
     plan: Plan,
-    settings: Settings,
+    settings: RaceSettings,
     launch: Launch,
-    validate: Callable[[list[list[str]]], None] | None = None,
+    check: Callable[[list[str]], None] | None = None,
 ) -> tuple[Race, dict[tuple[str, int], str], list[Sequence[JobReturn]]]:
     """Race to the end: launch each round's jobs in one batch (``launch(batch, first_index)``),
-    record the objectives, look. Returns the race, each job's config key (for its MLflow run)
-    and every batch's returns. A failed job fails the race, as in Hydra's basic sweeper."""
+    record the objectives or the failures (:func:`record`), look. Returns the race, each job's
+    config key (for its MLflow run) and every batch's returns. A crashed job stops the race; a
+    race whose every candidate failed is a user error naming them. ``check``: see
+    :func:`check_candidates`, before any job runs."""
     race = new_race(plan, settings)
+    if check is not None:
+        check_candidates(plan, check)
     keys: dict[tuple[str, int], str] = {}
     returns: list[Sequence[JobReturn]] = []
     index = 0
     started = time.perf_counter()
     while jobs := race.next_jobs():
         batch = [plan.job(candidate, seed) for candidate, seed in jobs]
-        if validate is not None and not race.rounds:
-            validate(batch)  # composition errors before the first job
         results = launch(batch, index)
         index += len(batch)
         returns.append(results)
         for (candidate, seed), result in zip(jobs, results, strict=True):
-            value = result.return_value  # raises the job's exception if it failed
-            try:
-                race.record(candidate, seed, float(value))
-            except (TypeError, ValueError) as error:
-                raise UserError(
-                    f"the job {' '.join(result.overrides or [])} returned {value!r} to the race, "
-                    "not a number\nthe objective must be a metric the run logs (objective=val/...)"
-                ) from error
+            record(race, candidate, seed, result)
             keys[(candidate, seed)] = _config_key(result)
+        try:
+            closed = race.close_round()
+        except ValueError as error:  # every candidate failed: nothing to answer with
+            raise UserError(
+                f"the race has no candidate left: {error}\n"
+                "fix what each failure names, or race other candidates"
+            ) from error
         # Printed, not logged: after a job Hydra's root logger writes into that job's log file.
-        print(describe(race.close_round(), race), flush=True)
+        print(describe(closed, race), flush=True)
     print(
         f"samplerlab race: over after {time.perf_counter() - started:.1f} s "
         f"({race.stop_reason}); {race.runs} runs",
         flush=True,
     )
     return race, keys, returns
+
+
+def record(race: Race, candidate: str, seed: int, result: JobReturn) -> None:
+    """The job's objective into ``race``, or its user-level failure (:meth:`Race.fail`); a
+    crash re-raises the job's exception."""
+    try:
+        value = result.return_value  # raises the job's exception if it failed
+    except Exception as error:
+        from runner.app import failure_reason  # the runner's own line between failure and crash
+
+        reason = failure_reason(error)
+        if reason is None:
+            raise
+        race.fail(candidate, seed, reason)
+        return
+    try:
+        race.record(candidate, seed, float(value))
+    except (TypeError, ValueError) as error:
+        raise UserError(
+            f"the job {' '.join(result.overrides or [])} returned {value!r} to the race, "
+            "not a number\nthe objective must be a metric the run logs (objective=val/...)"
+        ) from error
 
 
 def _config_key(result: JobReturn) -> str:

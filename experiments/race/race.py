@@ -8,6 +8,10 @@ round's level. The race stops when one candidate survives, after ``max_seeds`` s
 next round would take the race past ``max_runs`` jobs (a round is never cut short: the layout
 must stay complete). Which jobs run depends only on the values recorded, so relaunching a
 stopped race with the same values replays the same rounds.
+
+A job may fail instead of returning a value (:meth:`Race.fail`: it diverged, or its candidate's
+setting does not fit the data or the model): its candidate is out in that round, with the
+reason, before the look, which then compares the others. A failed job counts as a run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from experiments.race.rule import look, rounds_possible, spending
+from experiments.race.settings import RaceSettings
 
 ONE_LEFT, MAX_SEEDS, MAX_RUNS = "one candidate left", "max_seeds", "max_runs"
 
@@ -40,21 +45,21 @@ class Round:
     df: int
     critical: float
     margin: float
-    eliminated: tuple[str, ...]
-    runs: int  # jobs run so far, this round included
+    eliminated: tuple[str, ...]  # by the look
+    failed: dict[str, str]  # out before the look: candidate -> why (see failure_text)
+    runs: int  # jobs run so far, this round included, failed ones too
 
 
 @dataclass
 class Race:
-    """One race over ``candidates`` (labels) on ``seeds`` (in the order they are used)."""
+    """One race over ``candidates`` (labels) on ``seeds`` (in the order they are used), run as
+    ``settings`` say."""
 
     candidates: Sequence[str]
     seeds: Sequence[int]
-    min_seeds: int = 3
-    max_seeds: int = 10
-    max_runs: int | None = None
-    alpha: float = 0.05
+    settings: RaceSettings = field(default_factory=RaceSettings)
     values: dict[str, dict[int, float]] = field(default_factory=dict)
+    failed: dict[str, dict[int, str]] = field(default_factory=dict)  # candidate -> seed -> why
     rounds: list[Round] = field(default_factory=list)
     eliminated_in: dict[str, int] = field(default_factory=dict)
     stop_reason: str | None = None
@@ -66,7 +71,10 @@ class Race:
             raise ValueError(f"candidates must be distinct: {list(self.candidates)}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct: {list(self.seeds)}")
-        self.max_seeds = min(self.max_seeds, len(self.seeds))
+        self.min_seeds = self.settings.min_seeds
+        self.max_seeds = min(self.settings.max_seeds, len(self.seeds))
+        self.max_runs = self.settings.max_runs
+        self.alpha = self.settings.alpha
         self.levels = spending(
             self.alpha,
             rounds_possible(len(self.candidates), self.min_seeds, self.max_seeds, self.max_runs),
@@ -85,7 +93,7 @@ class Race:
 
     @property
     def runs(self) -> int:
-        return sum(len(v) for v in self.values.values())
+        return sum(len(v) for v in self.values.values()) + sum(len(v) for v in self.failed.values())
 
     @property
     def seeds_used(self) -> int:
@@ -118,12 +126,32 @@ class Race:
             raise ValueError(f"{candidate} on seed {seed} returned {value}, not a number")
         self.values[candidate][seed] = float(value)
 
+    def fail(self, candidate: str, seed: int, reason: str) -> None:
+        """The job (``candidate``, ``seed``) failed for ``reason`` (e.g. "diverged at epoch 2"):
+        the candidate goes out when the round closes."""
+        self.failed.setdefault(candidate, {})[seed] = reason
+
+    def failure(self, candidate: str) -> str | None:
+        """Why ``candidate`` went out failing (see :func:`failure_text`); None if it did not."""
+        by_seed = self.failed.get(candidate)
+        return failure_text(by_seed) if by_seed else None
+
     def close_round(self) -> Round:
-        """Look at the round just recorded: eliminate, and return what was decided."""
+        """Take out the candidates with a failed job, look at the others' round: eliminate,
+        and return what was decided. Raises ValueError when every candidate failed."""
         number = len(self.rounds) + 1
         n = self.min_seeds + number - 1
         seeds = tuple(self.seeds[:n])
+        failed = {}
+        for c in self.candidates:
+            text = self.failure(c)
+            if text is not None and c not in self.eliminated_in:
+                failed[c] = text
+                self.eliminated_in[c] = number
         alive = [c for c in self.candidates if c not in self.eliminated_in]
+        if not alive:
+            said = "; ".join(f"{c}: {text}" for c, text in failed.items())
+            raise ValueError(f"every candidate failed in round {number} ({said})")
         missing = [(c, s) for c in alive for s in seeds if s not in self.values[c]]
         if missing:
             raise ValueError(f"round {number} is incomplete: no value for {missing[:5]}")
@@ -147,6 +175,7 @@ class Race:
             critical=float(seen.critical[0]),
             margin=float(seen.margin[0]),
             eliminated=out,
+            failed=failed,
             runs=self.runs,
         )
         self.rounds.append(result)
@@ -168,12 +197,25 @@ class Race:
             "alpha": self.alpha,
             "levels": list(self.levels),
             "values": {c: {str(s): v for s, v in vs.items()} for c, vs in self.values.items()},
+            "failed": {c: {str(s): w for s, w in ws.items()} for c, ws in self.failed.items()},
             "rounds": [asdict(r) for r in self.rounds],
             "eliminated_in": dict(self.eliminated_in),
             "survivors": self.survivors,
             "stop_reason": self.stop_reason,
             "runs": self.runs,
         }
+
+
+def failure_text(by_seed: Mapping[int, str]) -> str:
+    """The seeds a candidate failed on, grouped by reason in the order they ran: "diverged at
+    epoch 2 on seeds 0, 1, 2" (" and " between different reasons)."""
+    seeds_of: dict[str, list[int]] = {}
+    for seed, reason in by_seed.items():
+        seeds_of.setdefault(reason, []).append(seed)
+    return " and ".join(
+        f"{reason} on seed{'s' * (len(seeds) > 1)} {', '.join(str(s) for s in seeds)}"
+        for reason, seeds in seeds_of.items()
+    )
 
 
 def replay(race: Race, table: Mapping[tuple[str, int], float]) -> Race:

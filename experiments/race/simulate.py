@@ -28,6 +28,7 @@ from scipy.stats import binom
 from scipy.stats import t as t_dist
 
 from experiments.race.rule import look, rounds_possible, spending
+from experiments.race.settings import RaceSettings
 
 
 @dataclass(frozen=True)
@@ -50,12 +51,13 @@ def simulated_values(
     races: int,
     seed: int,
     *,
-    max_seeds: int = 10,
+    max_seeds: int = RaceSettings.max_seeds,
     noise_sd: float = 1.0,
     noise_sds: Sequence[float] | None = None,
     seed_sd: float = 1.0,
 ) -> np.ndarray:
-    """(races, candidates, max_seeds) outcomes of the model above."""
+    """(races, candidates, max_seeds) outcomes of the model above (by default as many seeds
+    as a race with the default settings can use)."""
     k = len(means)
     rng = np.random.default_rng(seed)
     sds = np.full(k, noise_sd) if noise_sds is None else np.asarray(noise_sds, dtype=float)
@@ -64,22 +66,17 @@ def simulated_values(
     return np.asarray(means, dtype=float)[None, :, None] + blocks + noise
 
 
-def run_races(
-    values: np.ndarray,
-    *,
-    min_seeds: int = 3,
-    max_seeds: int | None = None,
-    max_runs: int | None = None,
-    alpha: float = 0.05,
-) -> Outcomes:
-    """Race every ``values[race]`` (candidates x seeds) with the race's rule
+def run_races(values: np.ndarray, settings: RaceSettings | None = None) -> Outcomes:
+    """Race every ``values[race]`` (candidates x seeds) as :class:`experiments.race.race.Race`
+    does with ``settings`` (the defaults when None): the rule
     (:func:`experiments.race.rule.look` after every round, :func:`spending` over
-    :func:`rounds_possible`) and the stopping of :class:`experiments.race.race.Race`: one
-    survivor, ``max_seeds`` seeds, or a next round that would pass ``max_runs``; vectorised over
-    races."""
+    :func:`rounds_possible`) and its stopping: one survivor, ``max_seeds`` seeds (at most the
+    seeds in ``values``), or a next round that would pass ``max_runs``; vectorised over races."""
+    settings = settings or RaceSettings()
     races, k, available = values.shape
-    max_seeds = available if max_seeds is None else max_seeds
-    levels = spending(alpha, rounds_possible(k, min_seeds, max_seeds, max_runs))
+    min_seeds, max_runs = settings.min_seeds, settings.max_runs
+    max_seeds = min(settings.max_seeds, available)
+    levels = spending(settings.alpha, rounds_possible(k, min_seeds, max_seeds, max_runs))
     alive = np.ones((races, k), dtype=bool)
     eliminated = np.zeros((races, k), dtype=int)
     runs = np.full(races, k * min_seeds)
@@ -102,14 +99,14 @@ def run_races(
     return Outcomes(eliminated, runs, rounds)
 
 
-def naive_races(
-    values: np.ndarray, *, min_seeds: int = 3, max_seeds: int | None = None, alpha: float = 0.05
-) -> Outcomes:
+def naive_races(values: np.ndarray, settings: RaceSettings | None = None) -> Outcomes:
     """The race the rule replaces, for contrast: after every round, one-sided paired t-tests of
     each survivor against the leader (n - 1 degrees of freedom), Holm across them at ``alpha``,
-    and nothing for the repeated looks."""
+    and nothing for the repeated looks (``settings``' ``max_runs`` is not applied)."""
+    settings = settings or RaceSettings()
     races, k, available = values.shape
-    max_seeds = available if max_seeds is None else max_seeds
+    min_seeds, alpha = settings.min_seeds, settings.alpha
+    max_seeds = min(settings.max_seeds, available)
     alive = np.ones((races, k), dtype=bool)
     eliminated = np.zeros((races, k), dtype=int)
     runs = np.full(races, k * min_seeds)
@@ -153,28 +150,25 @@ def simulate_races(
     means: Sequence[float],
     races: int,
     seed: int,
+    settings: RaceSettings | None = None,
     *,
-    min_seeds: int = 3,
-    max_seeds: int = 10,
-    max_runs: int | None = None,
-    alpha: float = 0.05,
     noise_sd: float = 1.0,
     noise_sds: Sequence[float] | None = None,
     seed_sd: float = 1.0,
 ) -> Outcomes:
-    """``races`` independent races of ``len(means)`` candidates on simulated outcomes."""
+    """``races`` independent races of ``len(means)`` candidates on simulated outcomes, run as
+    ``settings`` say (the defaults when None)."""
+    settings = settings or RaceSettings()
     values = simulated_values(
         means,
         races,
         seed,
-        max_seeds=max_seeds,
+        max_seeds=settings.max_seeds,
         noise_sd=noise_sd,
         noise_sds=noise_sds,
         seed_sd=seed_sd,
     )
-    return run_races(
-        values, min_seeds=min_seeds, max_seeds=max_seeds, max_runs=max_runs, alpha=alpha
-    )
+    return run_races(values, settings)
 
 
 def binomial_upper(count: int, trials: int, confidence: float = 0.95) -> float:
@@ -227,8 +221,7 @@ SCENARIOS: tuple[tuple[str, tuple[float, ...], int, tuple[float, ...] | None], .
 
 
 def scenario_table(races: int = 4000, seed: int = 2024) -> list[dict[str, object]]:
-    """Every scenario of :data:`SCENARIOS` with the defaults (min_seeds 3, max_seeds 10, alpha
-    0.05): the share of races that eliminated the best (candidate 0) and, where there is one, the
+    """Every scenario of :data:`SCENARIOS` with the default :class:`RaceSettings`: the share of races that eliminated the best (candidate 0) and, where there is one, the
     worse candidate within two rounds, with exact 95% bounds."""
     rows = []
     for i, (name, means, worse, noise_sds) in enumerate(SCENARIOS):
@@ -269,9 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--races", type=int, default=4000)
     args = parser.parse_args(argv)
     rows = scenario_table(args.races)
-    args.out.write_text(
-        json.dumps({"alpha": 0.05, "min_seeds": 3, "max_seeds": 10, "rows": rows}, indent=1) + "\n"
-    )
+    used = RaceSettings()
+    header = {"alpha": used.alpha, "min_seeds": used.min_seeds, "max_seeds": used.max_seeds}
+    args.out.write_text(json.dumps({**header, "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.out} ({len(rows)} scenarios)")
     return 0
 

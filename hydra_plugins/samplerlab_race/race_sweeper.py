@@ -5,15 +5,15 @@ the configured ``hydra/launcher``, and publish the answer on the sweep's parent 
     python -m runner -m hydra/sweeper=race +experiment=digits data.val_per_class=20 \\
         hydra.sweeper.max_runs=36 hydra.sweeper.min_seeds=3
 
-Settings (``hydra.sweeper.*``): ``params`` (the candidates, as for the basic sweeper), ``min_seeds``
-(seeds of round 1, default 3), ``max_seeds`` (default 10), ``max_runs`` (a budget of jobs, default
-none), ``alpha`` (the chance, over the whole race, of eliminating the truly best candidate;
-default 0.05). The rule is in :mod:`experiments.race.rule`, the rounds in
-:mod:`experiments.race.driver`.
+Settings (``hydra.sweeper.*``): ``params`` (the candidates, as for the basic sweeper) and the
+race's own, :class:`experiments.race.settings.RaceSettings` (``min_seeds``, ``max_seeds``,
+``max_runs``, ``alpha``; their defaults are there alone). The rule is in
+:mod:`experiments.race.rule`, the rounds in :mod:`experiments.race.driver`.
 
-Imported by Hydra's plugin discovery on every start: it imports Hydra and nothing heavy. No
-``from __future__ import annotations`` here: Hydra executes plugin modules outside
-``sys.modules``, where a dataclass cannot resolve string annotations.
+Imported by Hydra's plugin discovery on every start: it imports Hydra and
+:mod:`experiments.race.settings` (dataclasses alone), nothing heavy. No ``from __future__ import
+annotations`` here: Hydra executes plugin modules outside ``sys.modules``, where a dataclass
+cannot resolve string annotations.
 """
 
 from dataclasses import dataclass
@@ -25,15 +25,13 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.race.settings import RaceSettings
+
 
 @dataclass
-class RaceSweeperConf:
+class RaceSweeperConf(RaceSettings):
     _target_: str = "hydra_plugins.samplerlab_race.race_sweeper.RaceSweeper"
     params: dict[str, str] | None = None
-    min_seeds: int = 3
-    max_seeds: int = 10
-    max_runs: int | None = None
-    alpha: float = 0.05
 
 
 ConfigStore.instance().store(
@@ -44,17 +42,11 @@ ConfigStore.instance().store(
 class RaceSweeper(Sweeper):
     """Candidates are the combinations of the swept overrides; replicates are seeds."""
 
-    def __init__(
-        self,
-        params: dict[str, str] | None = None,
-        min_seeds: int = 3,
-        max_seeds: int = 10,
-        max_runs: int | None = None,
-        alpha: float = 0.05,
-    ) -> None:
+    def __init__(self, params: dict[str, str] | None = None, **settings: Any) -> None:
+        """``params``: the candidates; ``settings``: the fields of :class:`RaceSettings`."""
         super().__init__()
         self.params = dict(params or {})
-        self.settings = (min_seeds, max_seeds, max_runs, alpha)
+        self.settings = RaceSettings(**settings)
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self.launcher: Launcher | None = None
@@ -72,9 +64,7 @@ class RaceSweeper(Sweeper):
         parser = OverridesParser.create()
         params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
         task = [str(o) for o in config.hydra.overrides.task]
-        settings = driver.Settings(
-            sweeper.min_seeds, sweeper.max_seeds, sweeper.max_runs, sweeper.alpha
-        )
+        settings = RaceSettings.from_node(sweeper)
         plan = driver.plan_from(parser.parse_overrides(params + task), settings.max_seeds)
         driver.new_race(plan, settings)
 
@@ -89,6 +79,16 @@ class RaceSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config
         )
 
+    def check_job(self, overrides: list[str]) -> None:
+        """Compose the job's config as the launcher will and run the runner's checks on it
+        (values, targets, the objective): the user error its job would stop with, at once."""
+        from runner.checks import check_objective, check_targets
+
+        assert self.hydra_context is not None and self.config is not None
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        check_targets(config)
+        check_objective(config, str(self.config.hydra.sweeper._target_))
+
     def sweep(self, arguments: list[str]) -> Any:
         from pathlib import Path
 
@@ -101,7 +101,7 @@ class RaceSweeper(Sweeper):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([f"{k}={v}" for k, v in self.params.items()])
         overrides += parser.parse_overrides(arguments)
-        settings = driver.Settings(*self.settings)
+        settings = self.settings
         plan = driver.plan_from(overrides, settings.max_seeds)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -111,7 +111,7 @@ class RaceSweeper(Sweeper):
             plan,
             settings,
             lambda batch, first: launcher.launch(batch, initial_job_idx=first),
-            self.validate_batch_is_legal,
+            self.check_job,
         )
         objective = str(OmegaConf.select(self.config, "objective", default="objective"))
         where = driver.parent_of(self.hydra_context.callbacks)

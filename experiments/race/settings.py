@@ -1,0 +1,31 @@
+"""The race's settings, ``hydra.sweeper.*`` of ``hydra/sweeper=race``, defined once: the
+sweeper's Hydra config extends :class:`RaceSettings`, and the driver, the race and the
+simulations take an instance of it.
+
+The race sweeper's plugin module imports this module at Hydra's plugin discovery, on every
+start: it imports nothing but :mod:`dataclasses`. No ``from __future__ import annotations``:
+OmegaConf reads these annotations as types when it builds the sweeper's config node.
+"""
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass
+class RaceSettings:
+    """How a race is run (see :mod:`experiments.race.race`).
+
+    ``min_seeds``: the seeds of round 1 (at least 2). ``max_seeds``: the most seeds a candidate
+    gets (capped by the seeds listed). ``max_runs``: a budget of jobs, failed ones included
+    (None: no budget). ``alpha``: the chance, over the whole race, of eliminating the truly best
+    candidate."""
+
+    min_seeds: int = 3
+    max_seeds: int = 10
+    max_runs: int | None = None
+    alpha: float = 0.05
+
+    @classmethod
+    def from_node(cls, node: Any) -> "RaceSettings":
+        """The settings from a mapping that holds them among other keys (``hydra.sweeper``)."""
+        return cls(**{f.name: node[f.name] for f in fields(cls)})
