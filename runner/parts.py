@@ -145,6 +145,9 @@ def build_parts(cfg: DictConfig) -> Parts:
     data: LongTailData = place(build("data", cfg.data), device)  # in memory or a DataLoader
     sampler: Sampler = build("sampler", cfg.sampler, labels=data.train_y)
     model = build_model(cfg.model, data.in_shape, data.num_classes)
+    if model.unit_input and data.normalize is not None:  # the model standardises itself
+        channels = len(data.normalize[0])
+        data.normalize = ([0.0] * channels, [1.0] * channels)
     weights = getattr(sampler, "class_loss_weights", None)  # the hybrid strategy's
     loss_fn = build(
         "loss",
