@@ -187,3 +187,26 @@ def test_each_kind_of_model_trains_on_digits(overrides, above, tmp_path, trackin
     monkeypatch.chdir(tmp_path)
     summary = run(compose_config([*QUICK, *overrides, f"tracking.uri={tracking_uri}"]))
     assert summary["final/accuracy"] > above  # 0.1: above chance (10 balanced test classes)
+
+
+# The state dict names of the previous release, when the small models were one nn.Sequential
+# (MLP, SmallCNN) or stem / blocks / head (ResNet32): their checkpoints must still resume.
+PREVIOUS_NAMES = {
+    MLP: lambda k: k.replace("features.", "").replace("classifier", "5"),
+    SmallCNN: lambda k: k.replace("features.", "").replace("classifier", "14"),
+    ResNet32: lambda k: k.replace("features.", "").replace("classifier", "head"),
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("model_class", [MLP, SmallCNN, ResNet32], ids=lambda c: c.__name__)
+def test_a_state_dict_of_the_previous_layout_loads_the_same_model(model_class):
+    torch.manual_seed(0)
+    trained = model_class((3, 8, 8), 10).eval()
+    previous = {PREVIOUS_NAMES[model_class](k): v for k, v in trained.state_dict().items()}
+    assert not any(k.startswith(("features.", "classifier.")) for k in previous)
+    torch.manual_seed(1)
+    loaded = model_class((3, 8, 8), 10).eval()
+    loaded.load_state_dict(previous)  # strict: every key found
+    x = torch.randn(4, 3, 8, 8)
+    assert torch.equal(loaded(x), trained(x))

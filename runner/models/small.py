@@ -6,13 +6,34 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from runner.models.heads import FeatureClassifier, classifier_head
+
+
+def _read_previous_layout(renames: dict[str, str]) -> Callable[..., None]:
+    """A load hook that reads the state dicts these models had before they were ``features``
+    then ``classifier`` (checkpoints and logged models of earlier runs): ``renames`` maps an old
+    top-level name to its new one; a key already in the new layout is left as it is."""
+
+    def hook(module: nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
+        for key in [k for k in state_dict if k.startswith(prefix)]:
+            head, _, rest = key[len(prefix) :].partition(".")
+            if head in renames:
+                state_dict[f"{prefix}{renames[head]}.{rest}"] = state_dict.pop(key)
+
+    return hook
+
+
+def _sequential_renames(features: nn.Sequential) -> dict[str, str]:
+    """The earlier layout was one ``nn.Sequential``: the features' layers, then the classifier."""
+    renames = {str(i): f"features.{i}" for i in range(len(features))}
+    return {**renames, str(len(features)): "classifier"}
 
 
 class MLP(FeatureClassifier):
@@ -30,7 +51,9 @@ class MLP(FeatureClassifier):
         for size in hidden:
             layers += [nn.Linear(width, size), nn.ReLU(inplace=True)]
             width = size
-        super().__init__(nn.Sequential(*layers), classifier_head(width, num_classes, head), width)
+        features = nn.Sequential(*layers)
+        super().__init__(features, classifier_head(width, num_classes, head), width)
+        self.register_load_state_dict_pre_hook(_read_previous_layout(_sequential_renames(features)))
 
 
 def _conv_bn(cin: int, cout: int, stride: int = 1) -> list[nn.Module]:
@@ -61,6 +84,7 @@ class SmallCNN(FeatureClassifier):
             nn.Flatten(),
         )
         super().__init__(features, classifier_head(4 * width, num_classes, head), 4 * width)
+        self.register_load_state_dict_pre_hook(_read_previous_layout(_sequential_renames(features)))
 
 
 class _BasicBlock(nn.Module):
@@ -112,6 +136,8 @@ class ResNet32(FeatureClassifier):
             )
         )
         super().__init__(features, classifier_head(64, num_classes, head), 64)
+        previous = {"stem": "features.stem", "blocks": "features.blocks", "head": "classifier"}
+        self.register_load_state_dict_pre_hook(_read_previous_layout(previous))
         for m in self.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 nn.init.kaiming_normal_(m.weight)
