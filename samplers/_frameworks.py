@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["accelerate_processes"]
+__all__ = ["accelerate_processes", "check_not_sharded_twice"]
 
 
 def accelerate_processes() -> int:
@@ -25,3 +25,19 @@ def accelerate_processes() -> int:
     if state is None or not state.is_initialized():
         return 1
     return int(state.AcceleratorState().num_processes)
+
+
+def check_not_sharded_twice(sampler: str, placed: bool) -> None:
+    """Refuse, in one line naming the fix, to let a sampler shard itself where Accelerate runs
+    several processes and nobody told the sampler that its loader shards. ``sampler``: its
+    class name; ``placed``: its rank and world size were given (the user's own sharding)."""
+    processes = accelerate_processes()
+    if processes > 1 and not placed:
+        raise ValueError(
+            f"{sampler} is read in one of {processes} processes that Accelerate runs, without "
+            "being told who shards: a loader from accelerator.prepare deals out batches of what "
+            "it reads, so this sampler must yield the whole draw; prepare the loader with "
+            "samplers.integrations.accelerate.prepare(accelerator, ...) (the HF Trainer: "
+            "SamplerTrainerMixin), or, for a loader Accelerate does not prepare, pass rank= and "
+            "world_size= to shard it yourself"
+        )

@@ -14,7 +14,7 @@ from torch.utils.data import Sampler as TorchSampler
 from samplers._checks import as_labels, check_bool, check_int
 from samplers._distributions import ClassWeights, Distribution, SampleWeights
 from samplers._draw import draw
-from samplers._frameworks import accelerate_processes
+from samplers._frameworks import check_not_sharded_twice
 from samplers._labels import LabelIndex
 from samplers._placement import Placement
 from samplers._pool import on_pool_thread
@@ -174,16 +174,8 @@ class Sampler(Placement, DistributedSampler[Any]):
         shards by itself (:attr:`loader_shards`), else this rank's positions."""
         if self.loader_shards:
             return 0, 1
-        processes = accelerate_processes()
-        if processes > 1 and (self._given_rank is None or self._given_world_size is None):
-            raise ValueError(
-                f"{type(self).__name__} is read in one of {processes} processes that Accelerate "
-                "runs, without being told who shards: a loader from accelerator.prepare deals "
-                "out batches of what it reads, so this sampler must yield the whole draw; "
-                "prepare the loader with samplers.integrations.accelerate.prepare(accelerator, "
-                "...) (the HF Trainer: SamplerTrainerMixin), or, for a loader Accelerate does not "
-                "prepare, pass rank= and world_size= to shard it yourself"
-            )
+        placed = self._given_rank is not None and self._given_world_size is not None
+        check_not_sharded_twice(type(self).__name__, placed)
         return self.rank, self.world_size
 
     def _length(self, world_size: int) -> int:
