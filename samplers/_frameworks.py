@@ -1,92 +1,43 @@
-"""How a sampler recognises the training frameworks that consume it, without importing them.
+"""What a sampler reads of a training framework's state, without importing the framework.
 
-Two frameworks do something to a sampler that it must adapt to, and neither says so to the
-sampler itself:
-
-* Accelerate's prepared loaders shard by themselves: ``BatchSamplerShard`` hands process ``r``
-  the batches ``r, r + W, ...`` of what it reads, and with ``dispatch_batches=True`` the
-  ``DataLoaderDispatcher`` reads on process 0 and deals the batches out. A sampler read by
-  either must yield the global draw, or the processes would share a shard of a shard.
-* torchdata's ``StatefulDataLoader`` with workers saves the sampler's state when it hands a
-  batch's indices to a worker, ahead of the training loop, and returns that saved state when
-  the loop later asks for a checkpoint. The feedback a strategy received in between would be
-  missing from it.
-
-Both are recognised by who is calling: a frame of those classes' methods a few frames up the
-stack, or a caller in torchdata's ``stateful_dataloader`` package. Nothing is imported: a
-framework that is not loaded cannot be the caller.
+A sampler is told who shards its draw (:attr:`samplers.Sampler.loader_shards`, which
+``samplers.integrations.accelerate.prepare`` sets); nothing here changes what it yields. What it
+cannot be told is that nobody told it: ``accelerator.prepare`` called directly hands process
+``r`` the batches ``r, r + W, ...`` of what it reads, so a sampler that also shards itself would
+give every process a shard of a shard, a quarter of the epoch on two processes, silently.
+Accelerate records that it runs several processes in its process-wide state, which its public
+``accelerate.state.is_initialized()`` reports; the sampler refuses to shard itself under it
+unless its rank and world size were given. ``tests/test_frameworks.py`` runs that refusal under
+the installed Accelerate, so a release that changes those names fails there.
 """
 
 from __future__ import annotations
 
 import sys
-from types import CodeType, FrameType
 
-__all__ = ["called_by_stateful_loader", "read_by_sharding_loader"]
-
-#: Classes that shard what they read from a sampler across processes: (module, class name).
-SHARDING_READERS = (
-    ("accelerate.data_loader", "BatchSamplerShard"),
-    ("accelerate.data_loader", "DataLoaderDispatcher"),
-)
-#: How far up the stack such a reader may sit: ``BatchSamplerShard`` reads an index sampler
-#: through the DataLoader's ``BatchSampler`` (two frames up); the dispatcher through the whole
-#: DataLoader iterator (up to eight, when it starts its workers).
-_DEPTH = 10
-_loaded: tuple[str, ...] = ()
-_codes: frozenset[CodeType] = frozenset()
+__all__ = ["accelerate_processes", "check_not_sharded_twice"]
 
 
-def _reader_codes() -> frozenset[CodeType]:
-    """Code objects of every method of the sharding readers whose modules are loaded (looked
-    up again only when another of those modules has been imported)."""
-    global _loaded, _codes
-    loaded = tuple(module for module, _ in SHARDING_READERS if module in sys.modules)
-    if loaded != _loaded:
-        found: set[CodeType] = set()
-        for module_name, class_name in SHARDING_READERS:
-            if module_name in sys.modules:
-                found |= _methods(getattr(sys.modules[module_name], class_name))
-        _loaded, _codes = loaded, frozenset(found)
-    return _codes
+def accelerate_processes() -> int:
+    """The number of processes an ``Accelerator`` of this process runs; 1 when Accelerate is
+    not imported or no ``Accelerator`` has been created (reading it creates nothing)."""
+    state = sys.modules.get("accelerate.state")
+    if state is None or not state.is_initialized():
+        return 1
+    return int(state.AcceleratorState().num_processes)
 
 
-def _methods(cls: type) -> set[CodeType]:
-    codes: set[CodeType] = set()
-    for klass in [cls, *cls.__subclasses__()]:
-        for value in vars(klass).values():
-            function = value.fget if isinstance(value, property) else value
-            code = getattr(function, "__code__", None)
-            if isinstance(code, CodeType):
-                codes.add(code)
-    return codes
-
-
-def _callers(skip: int) -> FrameType | None:
-    """The frame ``skip`` levels above the caller of the function that calls this one."""
-    try:
-        return sys._getframe(skip + 2)
-    except ValueError:  # the stack is shallower than that
-        return None
-
-
-def read_by_sharding_loader() -> bool:
-    """Whether the sampler method calling this was called by a loader that shards by itself."""
-    codes = _reader_codes()
-    if not codes:
-        return False
-    frame = _callers(1)
-    for _ in range(_DEPTH):
-        if frame is None:
-            return False
-        if frame.f_code in codes:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def called_by_stateful_loader() -> bool:
-    """Whether the sampler method calling this was called by torchdata's StatefulDataLoader."""
-    frame = _callers(1)
-    name = frame.f_globals.get("__name__", "") if frame is not None else ""
-    return isinstance(name, str) and name.startswith("torchdata.stateful_dataloader")
+def check_not_sharded_twice(sampler: str, placed: bool) -> None:
+    """Refuse, in one line naming the fix, to let a sampler shard itself where Accelerate runs
+    several processes and nobody told the sampler that its loader shards. ``sampler``: its
+    class name; ``placed``: its rank and world size were given (the user's own sharding)."""
+    processes = accelerate_processes()
+    if processes > 1 and not placed:
+        raise ValueError(
+            f"{sampler} is read in one of {processes} processes that Accelerate runs, without "
+            "being told who shards: a loader from accelerator.prepare deals out batches of what "
+            "it reads, so this sampler must yield the whole draw; prepare the loader with "
+            "samplers.integrations.accelerate.prepare(accelerator, ...) (the HF Trainer: "
+            "SamplerTrainerMixin), or, for a loader Accelerate does not prepare, pass rank= and "
+            "world_size= to shard it yourself"
+        )

@@ -14,7 +14,7 @@ from torch.utils.data import Sampler as TorchSampler
 from samplers._checks import as_labels, check_bool, check_int
 from samplers._distributions import ClassWeights, Distribution, SampleWeights
 from samplers._draw import draw
-from samplers._frameworks import called_by_stateful_loader, read_by_sharding_loader
+from samplers._frameworks import check_not_sharded_twice
 from samplers._labels import LabelIndex
 from samplers._placement import Placement
 from samplers._pool import on_pool_thread
@@ -38,8 +38,9 @@ class Sampler(Placement, DistributedSampler[Any]):
       padded by repeating its start (``drop_last=False``) or its tail is dropped, so every rank
       gets the same length. The global draw does not depend on ``world_size``.
     * ``state_dict`` / ``load_state_dict`` hold the epoch, the position inside it and the feedback
-      state; a sampler restored mid-epoch yields exactly the remaining items. Under a
-      ``DataLoader`` with workers, pass ``state_dict(consumed=...)`` (see there).
+      state (the sampler's own tensors, as ``nn.Module.state_dict`` holds the parameters); a
+      sampler restored mid-epoch yields exactly the remaining items. Under a ``DataLoader`` with
+      workers, pass ``state_dict(consumed=...)`` (see there).
     * ``len(sampler)`` is always the whole epoch's length on this rank, also right after a
       mid-epoch restore (torch's convention): the restored iterator then yields
       ``len(sampler) - position`` items, and :meth:`epoch_indices` is still the whole epoch.
@@ -50,9 +51,12 @@ class Sampler(Placement, DistributedSampler[Any]):
       any other sampler for distributed training (Lightning's Trainer and Fabric) leave it as
       it is, and it shards itself. Its ``num_samples`` is still the global count per epoch,
       not ``DistributedSampler``'s count per rank.
-    * Read by a loader that shards by itself (Accelerate's prepared loaders, and so the HF
-      Trainer), ``len`` and iteration give the global draw on every process (as with
-      ``world_size=1``) and the loader hands each process its batches of it.
+    * Told that its loader shards by itself (``loader_shards = True``, which
+      ``samplers.integrations.accelerate.prepare`` and ``SamplerTrainerMixin`` set for
+      Accelerate's prepared loaders), ``len`` and iteration give the global draw on every
+      process (as with ``world_size=1``) and the loader hands each process its batches of it.
+      Not told, in a process where Accelerate runs several processes, a sampler without a given
+      rank and world size refuses to shard itself (it would be sharded twice).
     * Rank and world size that were not given are read from torch.distributed the first time
       the sampler is used with a process group up, so it may be built before the group exists.
 
@@ -73,6 +77,9 @@ class Sampler(Placement, DistributedSampler[Any]):
     #: Batch samplers set this: they yield lists of ``batch_size`` indices, and
     #: :meth:`epoch_indices` is 2-D (batches x batch_size). ``None`` for index samplers.
     batch_size: int | None = None
+    #: Whether the loader reading this sampler hands each process its own share of what it
+    #: reads (Accelerate's prepared loaders): then every process reads the whole global draw.
+    loader_shards: bool = False
 
     def __init__(
         self,
@@ -90,8 +97,11 @@ class Sampler(Placement, DistributedSampler[Any]):
             raise ValueError(
                 f"{type(self).__name__} got a {type(labels).__name__} where its labels go: a "
                 "framework rebuilt it as type(batch_sampler)(sampler, batch_size=..., "
-                "drop_last=...), which loses its settings; build it inside the train_dataloader "
-                "hook (Lightning then passes its sharding in as sampler=), or turn the "
+                "drop_last=...), which loses its settings. Lightning re-creates a batch sampler "
+                "from its own arguments only if it was built inside train_dataloader (or another "
+                "*_dataloader hook; Fabric: inside fabric.launch(function)) from a class that was "
+                "already imported when Lightning called the hook: import samplers at the top of "
+                "the module, not inside the hook, and build the sampler in the hook; or turn the "
                 "framework's sampler replacement off: Trainer(use_distributed_sampler=False), "
                 "fabric.setup_dataloaders(..., use_distributed_sampler=False)"
             )
@@ -157,7 +167,16 @@ class Sampler(Placement, DistributedSampler[Any]):
         return self.num_samples
 
     def __len__(self) -> int:
-        return self._length(1 if read_by_sharding_loader() else self.world_size)
+        return self._length(self._reader_share()[1])
+
+    def _reader_share(self) -> tuple[int, int]:
+        """(rank, world size) of the share this sampler yields: the whole draw when its loader
+        shards by itself (:attr:`loader_shards`), else this rank's positions."""
+        if self.loader_shards:
+            return 0, 1
+        placed = self._given_rank is not None and self._given_world_size is not None
+        check_not_sharded_twice(type(self).__name__, placed)
+        return self.rank, self.world_size
 
     def _length(self, world_size: int) -> int:
         units = self._global_units()
@@ -200,8 +219,8 @@ class Sampler(Placement, DistributedSampler[Any]):
 
     def _observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
         """:meth:`observe`, keeping each feedback tensor the same object: a strategy that
-        assigns a new tensor has it copied into the old one, which a state handed to a
-        StatefulDataLoader holds (see :meth:`state_dict`)."""
+        assigns a new tensor has it copied into the old one, which a state dict taken earlier
+        holds (see :meth:`state_dict`)."""
         held = [getattr(self, name) for name in self.feedback_state]
         self.observe(indices, losses)
         for name, tensor in zip(self.feedback_state, held, strict=True):
@@ -244,7 +263,7 @@ class Sampler(Placement, DistributedSampler[Any]):
         return units[rank:total:world_size]
 
     def __iter__(self) -> Iterator[Any]:
-        units = self._share(0, 1) if read_by_sharding_loader() else self.epoch_indices()
+        units = self._share(*self._reader_share())
         if self._live is not None and self._position == self._started:
             # The last iterator was never advanced: this is a second iter() for the same pass
             # (a DataLoader with workers calls it twice as it starts), so keep its start.
@@ -280,16 +299,18 @@ class Sampler(Placement, DistributedSampler[Any]):
                 yielded (right for a plain loop over the sampler or ``num_workers=0``, and under
                 torchdata's ``StatefulDataLoader``, which asks when it hands a batch out).
 
-        The feedback tensors are copies, except when torchdata's ``StatefulDataLoader`` asks:
-        it keeps the state from when it handed a batch to a worker, before the loop trained on
-        that batch and fed its losses back, so it gets the sampler's own tensors, which
-        :meth:`update` changes in place. Its ``state_dict()`` then holds the feedback of the
-        moment it is serialised: save it (``torch.save``, ``copy.deepcopy``) when taken.
+        Epoch and position are values; the feedback tensors are the sampler's own, which
+        :meth:`update` changes in place, as ``nn.Module.state_dict`` holds the module's own
+        parameters: serialise the state (``torch.save``) when you take it, or
+        ``copy.deepcopy`` it to keep it in memory. torchdata's ``StatefulDataLoader`` relies on
+        this: it takes the state when it hands a batch to a worker, before the loop has trained
+        on that batch and fed its losses back, and serialises it only when the loop asks for
+        ``loader.state_dict()``, which then holds the feedback of that moment.
         """
-        return self._state(consumed, live=called_by_stateful_loader())
+        return self._state(consumed)
 
-    def _state(self, consumed: int | None, live: bool) -> dict[str, Any]:
-        """:meth:`state_dict`; ``live``: feedback as the sampler's own tensors, not copies."""
+    def _state(self, consumed: int | None) -> dict[str, Any]:
+        """:meth:`state_dict`, which strategies with parts of their own extend."""
         position = self._position
         if consumed is not None:
             check_int("consumed", consumed, 0)
@@ -306,10 +327,7 @@ class Sampler(Placement, DistributedSampler[Any]):
             "seed": self.seed,
             "epoch": self.epoch,
             "position": position,
-            "feedback": {
-                name: getattr(self, name) if live else getattr(self, name).clone()
-                for name in self.feedback_state
-            },
+            "feedback": {name: getattr(self, name) for name in self.feedback_state},
         }
         if self.feedback_state and self._drawn is not None:
             # The epoch's draw depends on feedback as it was when the epoch began.

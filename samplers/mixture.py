@@ -170,10 +170,10 @@ class MixtureSampler(BatchSamplerBase):
             if isinstance(component, Sampler):
                 component._observe(indices, losses)
 
-    def _state(self, consumed: int | None, live: bool) -> dict[str, Any]:
-        state = super()._state(consumed, live)
+    def _state(self, consumed: int | None) -> dict[str, Any]:
+        state = super()._state(consumed)
         state["components"] = [
-            c._state(None, live) if isinstance(c, Sampler) else None for c in self.components
+            c._state(None) if isinstance(c, Sampler) else None for c in self.components
         ]
         return state
 

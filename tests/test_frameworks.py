@@ -33,7 +33,7 @@ from samplers import (
     WeightedSampler,
 )
 from tests.helpers.frameworks.data import BATCH, EPOCHS, WORLD, labels
-from tests.helpers.frameworks.rank import DOC_EXAMPLES, SCENARIOS
+from tests.helpers.frameworks.rank import ALONE, DOC_EXAMPLES, SCENARIOS
 from tests.helpers.processes import check_exit
 
 pytestmark = pytest.mark.ddp  # several real processes in one process group
@@ -176,7 +176,21 @@ def test_lightning_batch_sampler_it_cannot_rebuild_fails_naming_the_setting(rank
     for rank in range(WORLD):
         error = result(ranks, "lightning_batch_outside_hook", rank)["error"]
         assert error is not None and "\n" not in error
-        assert "use_distributed_sampler=False" in error and "train_dataloader" in error
+        assert "use_distributed_sampler=False" in error and "built inside train_dataloader" in error
+
+
+def test_lightning_batch_sampler_imported_inside_the_hook_names_the_import(tmp_path):
+    """Built in train_dataloader as the docs say, but with samplers first imported there:
+    Lightning captured no arguments (the class did not exist when it called the hook), and the
+    message says so and how to fix it, rather than only "build it in the hook"."""
+    alone = launch(list(ALONE), tmp_path)
+    for rank in range(WORLD):
+        out = result(alone, "lightning_lazy_import", rank)
+        assert out["imported_before_hook"] is False  # the case itself: a lazy import
+        error = out["error"]
+        assert error is not None and "\n" not in error
+        assert "already imported when Lightning called the hook" in error
+        assert "import samplers at the top of the module, not inside the hook" in error
 
 
 def test_lightning_without_distributed_sampler_advances_epochs(ranks):
@@ -250,6 +264,18 @@ def test_accelerate_dispatching_batches_deals_out_the_global_draw(ranks):
 
 def test_accelerate_batch_sampler_gives_its_own_lists(ranks):
     check_own_lists(ranks, "accelerate_batch", fixed_class(9))
+
+
+def test_accelerate_plain_prepare_is_refused_naming_the_adapter(ranks):
+    """accelerator.prepare alone would give each process a shard of its shard: the sampler,
+    not told, refuses in one line. This reads Accelerate's process state; an Accelerate that
+    changes accelerate.state.is_initialized or AcceleratorState fails here."""
+    for rank in range(WORLD):
+        error = result(ranks, "accelerate_plain_prepare", rank)["error"]
+        assert error is not None and "\n" not in error
+        assert "one of 2 processes that Accelerate runs" in error
+        assert "samplers.integrations.accelerate.prepare(accelerator" in error
+        assert "rank= and world_size=" in error
 
 
 def test_accelerate_feedback_helper(ranks):

@@ -58,7 +58,8 @@ def test_labels_that_are_a_sampler_name_the_settings_in_one_line():
         FixedClassSampler(handed, batch_size=6, drop_last=False)
     message = str(error.value)
     assert "\n" not in message and "got a DistributedSampler where its labels go" in message
-    assert "use_distributed_sampler=False" in message and "train_dataloader" in message
+    assert "use_distributed_sampler=False" in message and "built inside train_dataloader" in message
+    assert "import samplers at the top of the module, not inside the hook" in message
 
 
 def test_rank_and_world_size_are_read_when_used(tmp_path):
@@ -103,17 +104,15 @@ def test_feedback_tensors_stay_the_same_objects():
     assert sampler.counts is held and held[[0, 5]].tolist() == [2.0, 1.0]
 
 
-def test_state_for_a_stateful_dataloader_reads_the_feedback_live():
-    """Asked from torchdata's package, the state holds the sampler's own feedback tensors;
-    asked by anyone else, copies."""
+def test_state_holds_the_samplers_own_feedback_whoever_asks():
+    """Like nn.Module.state_dict: what torchdata's StatefulDataLoader keeps from when it handed
+    a batch to a worker holds the feedback of the moment it is serialised."""
     sampler = HardMinedSampler(LABELS, seed=3)
-    scope = {"__name__": "torchdata.stateful_dataloader.sampler", "sampler": sampler}
-    exec("state = sampler.state_dict()", scope)
-    live, copied = scope["state"], sampler.state_dict()
+    state = sampler.state_dict()
     sampler.update(torch.arange(10), torch.arange(10.0))
-    assert live["feedback"]["loss_ema"] is sampler.loss_ema
-    assert live["feedback"]["seen"][:10].all() and not copied["feedback"]["seen"].any()
-    saved = copy.deepcopy(live)  # what torch.save or deepcopy keeps: the feedback as of now
+    assert state["feedback"]["loss_ema"] is sampler.loss_ema
+    assert state["feedback"]["seen"][:10].all()
+    saved = copy.deepcopy(state)  # what torch.save or deepcopy keeps: the feedback as of now
     sampler.update(torch.arange(10, 20), torch.ones(10))
     restored = HardMinedSampler(LABELS, seed=3)
     restored.load_state_dict(saved)
@@ -121,11 +120,39 @@ def test_state_for_a_stateful_dataloader_reads_the_feedback_live():
     mixture = MixtureSampler(
         LABELS, components=[HardMinedSampler], shares=[1.0], batch_size=4, seed=4
     )
-    scope = {"__name__": "torchdata.stateful_dataloader.worker", "sampler": mixture}
-    exec("state = sampler.state_dict()", scope)
-    assert scope["state"]["components"][0]["feedback"]["loss_ema"] is (
+    assert mixture.state_dict()["components"][0]["feedback"]["loss_ema"] is (
         mixture.components[0].loss_ema
     )
+
+
+def test_a_sampler_told_its_loader_shards_yields_the_global_draw():
+    """What samplers.integrations.accelerate.prepare tells a sampler, on rank 1 of 2."""
+    sampler = UniformSampler(LABELS, seed=6, rank=1, world_size=2)
+    own = list(sampler)
+    assert len(sampler) == len(own) == 24
+    sampler.loader_shards = True
+    whole = UniformSampler(LABELS, seed=6)
+    assert len(sampler) == 48 and list(sampler) == list(whole)
+    assert own == list(whole)[1::2]
+
+
+def test_accelerate_adapter_tells_the_sampler_of_a_sharding_loader():
+    """Accelerate's own BatchSamplerShard, as prepare builds it for process 1 of 2: told, the
+    sampler yields the whole draw and the shard hands this process the batches 1, 3, ..."""
+    from accelerate.data_loader import BatchSamplerShard, DataLoaderShard
+
+    from samplers.integrations.accelerate import tell_sampler
+
+    sampler = UniformSampler(LABELS, seed=7)
+    shard = BatchSamplerShard(BatchSampler(sampler, 4, False), num_processes=2, process_index=1)
+    loader = DataLoaderShard(torch.arange(len(LABELS)), batch_sampler=shard)
+    assert tell_sampler(loader) is sampler and sampler.loader_shards
+    batches = [b.tolist() for b in loader]
+    whole = UniformSampler(LABELS, seed=7).epoch_indices().reshape(-1, 4).tolist()
+    assert batches == whole[1::2] and len(loader) == 6
+    plain = UniformSampler(LABELS)
+    assert tell_sampler(DataLoader(torch.arange(4), sampler=plain, batch_size=2)) is None
+    assert not plain.loader_shards  # a loader that does not shard: the sampler shards itself
 
 
 def test_update_across_ranks_without_a_process_group_is_update():

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from samplers.base import Sampler
 from samplers.integrations import update_across_ranks
+from samplers.integrations.accelerate import tell_sampler
 
 __all__ = ["SamplerTrainerMixin"]
 
@@ -24,7 +25,8 @@ class SamplerTrainerMixin:
     * An index sampler becomes the training loader's ``sampler=`` (the Trainer's documented
       override, ``_get_train_sampler``); a batch sampler its ``batch_sampler=``. The Trainer
       prepares the loader with Accelerate, which deals out whole batches of the global draw
-      to the processes, and sets the sampler's epoch each epoch.
+      to the processes (the sampler is told so: ``loader_shards``), and sets the sampler's
+      epoch each epoch.
     * Feedback: each example carries its dataset index under ``index_key`` (default
       ``"index"``), which is kept through the Trainer's column filtering and out of the
       model's inputs. After each training forward pass, the per-sample cross-entropy of the
@@ -41,7 +43,8 @@ class SamplerTrainerMixin:
     ) -> None:
         if not isinstance(train_sampler, Sampler):
             raise ValueError(
-                f"train_sampler must be a samplers.Sampler, got {type(train_sampler).__name__}"
+                f"train_sampler must be a samplers.Sampler, got {type(train_sampler).__name__}; "
+                "pass one of the samplers package's strategies (an index or a batch sampler)"
             )
         self.train_sampler, self.index_key = train_sampler, index_key
         super().__init__(*args, **kwargs)
@@ -52,6 +55,7 @@ class SamplerTrainerMixin:
     def get_train_dataloader(self) -> DataLoader[Any]:
         if self.train_sampler.batch_size is None:
             loader: DataLoader[Any] = super().get_train_dataloader()  # type: ignore[misc]
+            tell_sampler(loader)
             return loader
         trainer: Any = self
         dataset = trainer.train_dataset
@@ -67,6 +71,7 @@ class SamplerTrainerMixin:
             persistent_workers=trainer.args.dataloader_persistent_workers,
         )
         prepared: DataLoader[Any] = trainer.accelerator.prepare(batches)
+        tell_sampler(prepared)
         return prepared
 
     def _set_signature_columns_if_needed(self) -> None:

@@ -1,4 +1,5 @@
-"""Accelerate's prepared loaders, with their defaults, as its docs use them."""
+"""Accelerate's prepared loaders, with their defaults, prepared as docs/trainers.md shows
+(``samplers.integrations.accelerate.prepare``), and plain ``accelerator.prepare`` refused."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from torch.utils.data import DataLoader
 
 from samplers import FixedClassSampler, HardMinedSampler, ProgressiveSampler, Sampler
 from samplers.integrations import update_across_ranks
+from samplers.integrations.accelerate import prepare
 from tests.helpers.frameworks.data import BATCH, EPOCHS, Record, dataset, labels, losses, model
 
 
@@ -30,15 +32,18 @@ def _epochs(accelerator: Accelerator, loader: Any, sampler: Sampler, feedback: b
     return record
 
 
+def _loader(sampler: Sampler) -> DataLoader[Any]:
+    if sampler.batch_size is not None:
+        return DataLoader(dataset(), batch_sampler=sampler)
+    return DataLoader(dataset(), sampler=sampler, batch_size=BATCH)
+
+
 def _run(sampler: Sampler, feedback: bool = False, dispatch: bool = False) -> dict[str, Any]:
     accelerator = Accelerator(
         cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=dispatch)
     )
-    if sampler.batch_size is not None:
-        loader = DataLoader(dataset(), batch_sampler=sampler)
-    else:
-        loader = DataLoader(dataset(), sampler=sampler, batch_size=BATCH)
-    return _epochs(accelerator, accelerator.prepare(loader), sampler, feedback).as_json()
+    loader = prepare(accelerator, _loader(sampler))
+    return _epochs(accelerator, loader, sampler, feedback).as_json()
 
 
 def index_sampler() -> dict[str, Any]:
@@ -57,3 +62,14 @@ def feedback() -> dict[str, Any]:
 def dispatched() -> dict[str, Any]:
     """dispatch_batches=True: process 0 reads the loader and deals the batches out."""
     return _run(ProgressiveSampler(labels(), total_epochs=EPOCHS, seed=14), dispatch=True)
+
+
+def plain_prepare() -> dict[str, Any]:
+    """accelerator.prepare itself: the sampler was not told, and refuses to be sharded twice."""
+    accelerator = Accelerator(cpu=True)
+    loader = accelerator.prepare(_loader(ProgressiveSampler(labels(), total_epochs=EPOCHS)))
+    try:
+        next(iter(loader))
+    except ValueError as error:
+        return {"error": str(error)}
+    return {"error": None}
