@@ -23,7 +23,7 @@ def _read_previous_layout(renames: dict[str, str]) -> Callable[..., None]:
 
     def hook(module: nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
         for key in [k for k in state_dict if k.startswith(prefix)]:
-            head, _, rest = key[len(prefix) :].partition(".")
+            head, _dot, rest = key[len(prefix) :].partition(".")
             if head in renames:
                 state_dict[f"{prefix}{renames[head]}.{rest}"] = state_dict.pop(key)
 
