@@ -24,6 +24,7 @@ from runner.data import LongTailData
 from runner.distributed import check_batch_size, data_parallel
 from runner.errors import UserError
 from runner.evaluation import Evaluation
+from runner.features import FrozenInputs, freeze
 from runner.feeding import place
 from runner.losses import ClassWeightedLoss
 from runner.state import TrainState, build_state
@@ -40,6 +41,7 @@ class Parts:
     loss_fn: ClassWeightedLoss
     state: TrainState
     device: torch.device
+    frozen: FrozenInputs | None = None  # model.freeze on cached features: the backbone, the images
 
 
 @dataclass
@@ -122,6 +124,9 @@ def build_parts(cfg: DictConfig) -> Parts:
     data: LongTailData = place(build("data", cfg.data), device)  # in memory or a DataLoader
     sampler: Sampler = build("sampler", cfg.sampler, labels=data.train_y)
     model = build("model", cfg.model, in_shape=data.in_shape, num_classes=data.num_classes)
+    frozen = None
+    if cfg.model.get("freeze", False):  # the head alone trains, on cached features if it can
+        model, data, frozen = freeze(model, data, cfg, device)
     weights = getattr(sampler, "class_loss_weights", None)  # the hybrid strategy's
     loss_fn = build(
         "loss",
@@ -132,7 +137,7 @@ def build_parts(cfg: DictConfig) -> Parts:
     )
     state = build_state(model.to(device), sampler, trainer, cfg.seed)
     state.parallel = data_parallel(state.model, device)  # under torchrun
-    return Parts(data, sampler, loss_fn.to(device), state, device)
+    return Parts(data, sampler, loss_fn.to(device), state, device, frozen)
 
 
 def active_sweeper() -> str | None:
