@@ -16,8 +16,9 @@ from typing import Any
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import BASIC_SWEEPER, HEADLINE, OBJECTIVE_SPLITS, SUPPLIED
+from runner.config import BASIC_SWEEPER, HEADLINE, MODEL_RUNNER_KEYS, OBJECTIVE_SPLITS, SUPPLIED
 from runner.errors import UserError
+from runner.models.heads import HEADS
 
 SCHEDULES = ("cosine", "step", "constant")
 DEVICES = ("auto", "cpu", "cuda")
@@ -125,6 +126,38 @@ def accepted_parameters(target: Any) -> set[str]:
     return names
 
 
+MODEL_HINT = (
+    "\nanother module: model=custom model._target_=<its class> with its other arguments as "
+    "+model.<name>=<value>, or model=timm / model=torchvision model.name=<name>"
+)
+
+
+def check_model_keys(model: DictConfig) -> None:
+    """The runner's own keys of the model group (:data:`MODEL_RUNNER_KEYS`) hold what they may,
+    and a model group without a class (``model=custom``) is told how to name one."""
+    if not isinstance(model, DictConfig):
+        return  # check_targets names the missing group
+    if OmegaConf.is_missing(model, "_target_"):
+        raise config_error(
+            "model._target_",
+            "model=custom needs your module's class: model._target_=mypkg.nets.Net "
+            "(importable, e.g. on PYTHONPATH; its other arguments as +model.<name>=<value>)",
+        )
+    if model.get("head", "linear") not in HEADS:
+        raise config_error("model.head", f"{model.head!r} is unknown; choose one of {HEADS}")
+    if not isinstance(model.get("freeze", False), bool):
+        raise config_error("model.freeze", f"must be true or false, got {model.freeze!r}")
+
+
+def takes_keyword(target: Any, name: str) -> bool:
+    """Whether calling ``target`` with the keyword argument ``name`` binds (``**kwargs`` too)."""
+    try:
+        inspect.signature(target).bind_partial(**{name: None})
+    except TypeError:
+        return False
+    return True
+
+
 def check_targets(cfg: DictConfig) -> None:
     """Every built group names an importable ``_target_`` and only parameters it accepts, and
     every trainer, eval and tracking value obeys its constraint."""
@@ -136,6 +169,7 @@ def check_targets(cfg: DictConfig) -> None:
             )
     for rule in CONSTRAINTS:
         check_scalar(cfg, rule)
+    check_model_keys(cfg.model)
     for group, supplied in SUPPLIED.items():
         node = cfg[group]
         if not isinstance(node, DictConfig) or "_target_" not in node:
@@ -149,7 +183,7 @@ def check_targets(cfg: DictConfig) -> None:
         known = accepted_parameters(target)
         for name in node:
             key = str(name)
-            if key.startswith("_"):
+            if key.startswith("_") or (group == "model" and key in MODEL_RUNNER_KEYS):
                 continue
             if key in supplied:
                 raise config_error(
@@ -158,13 +192,15 @@ def check_targets(cfg: DictConfig) -> None:
             if key not in known:
                 raise config_error(
                     f"{group}.{key}",
-                    f"unknown parameter of {node._target_}; known: {sorted(known - supplied)}",
+                    f"unknown parameter of {node._target_}; known: {sorted(known - supplied)}"
+                    + (MODEL_HINT if group == "model" else ""),
                 )
-    if cfg.trainer.classifier_epochs and not hasattr(get_method(cfg.model._target_), "classifier"):
-        raise config_error(
-            "trainer.classifier_epochs",
-            f"{cfg.model._target_} has no 'classifier' to retrain; use a runner.models model or 0",
-        )
+        if group == "model" and not takes_keyword(target, "num_classes"):
+            raise config_error(
+                "model._target_",
+                f"{node._target_} takes no num_classes argument, which the runner passes; "
+                "add one to its constructor (docs/your-model.md)",
+            )
     if not str(cfg.tracking.experiment or "").strip():
         raise config_error(
             "tracking.experiment", "is empty; name an MLflow experiment (default: samplerlab)"

@@ -120,6 +120,10 @@ SUPPLIED: dict[str, set[str]] = {
     "sampler": {"labels"},
     "loss": {"class_counts", "sampler_weights", "epochs"},
 }
+# Keys of every model group that the runner reads itself: ``freeze`` (train the features or not)
+# and ``head`` (linear | cosine). Neither reaches a model's constructor, except ``head`` where the
+# constructor declares it (the runner's own models build their classifier from it).
+MODEL_RUNNER_KEYS = ("freeze", "head")
 
 
 # Keys that do not change what a run computes: they may differ between a run and its resumption,

@@ -35,17 +35,17 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from runner.config import resolved
+from runner.config import MODEL_RUNNER_KEYS, resolved
 from runner.data import LongTailData, Normalize
 from runner.distributed import is_main
 from runner.errors import UserError
 from runner.feeding import Feed
+from runner.models import FeatureClassifier
 from runner.record import digest_of
 from runner.state import autocast
 
 FORMAT = 1  # of the cache files; a file of another format is computed again
 DEFAULT_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "features"
-RUNNER_KEYS = ("freeze", "head")  # model keys the runner reads; they do not change the features
 EXTRACT_BATCH = 256  # samples per backbone forward pass while computing features
 LOCK_WAIT_S = 1800.0  # the longest a job waits for another computing the same features
 LOCK_POLL_S = 0.2
@@ -70,21 +70,6 @@ class FrozenBackbone(nn.Module):
             return self.backbone(x)
 
 
-class BackboneAndHead(nn.Module):
-    """``classifier(features(x))``, with the runner's model contract: ``features`` (input ->
-    ``(N, feature_dim)``), ``classifier`` (features -> logits) and ``feature_dim``. On cached
-    features ``features`` is the identity."""
-
-    def __init__(self, features: nn.Module, classifier: nn.Module, feature_dim: int) -> None:
-        super().__init__()
-        self.features = features
-        self.classifier = classifier
-        self.feature_dim = feature_dim
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
-
-
 @dataclass
 class FrozenInputs:
     """What a run on cached features keeps of the model and the data before the swap: the
@@ -93,10 +78,9 @@ class FrozenInputs:
     backbone: nn.Module
     stored: LongTailData
 
-    def model_for(self, head: nn.Module) -> nn.Module:
+    def model_for(self, head: FeatureClassifier) -> FeatureClassifier:
         """The frozen backbone and the trained ``head`` (the run's model) as one model."""
-        assert isinstance(head, BackboneAndHead)
-        return BackboneAndHead(FrozenBackbone(self.backbone), head.classifier, head.feature_dim)
+        return FeatureClassifier(FrozenBackbone(self.backbone), head.classifier, head.feature_dim)
 
 
 def augments(data: LongTailData, augment: bool) -> bool:
@@ -115,22 +99,21 @@ def backbone_name(model_cfg: DictConfig) -> str:
 
 
 def freeze(
-    model: nn.Module,
+    model: FeatureClassifier,
     data: LongTailData,
     cfg: DictConfig,
     device: torch.device,
-) -> tuple[nn.Module, LongTailData, FrozenInputs | None]:
+) -> tuple[FeatureClassifier, LongTailData, FrozenInputs | None]:
     """The model and data a run with ``model.freeze=true`` trains on: the head on cached features
     (and what the logged model needs of the rest), or with augmentation the whole model with
-    its backbone frozen (and None). ``model`` honours the model contract (``features``,
-    ``classifier``, ``feature_dim``)."""
-    backbone, head, dim = _contract(model, cfg.model)
+    its backbone frozen (and None)."""
+    backbone, head, dim = model.features, model.classifier, model.feature_dim
     if augments(data, cfg.trainer.augment):
         _say(
             "features: not cached: augmentation is on (trainer.augment=true), so the frozen "
             "backbone computes them for every batch; trainer.augment=false computes them once"
         )
-        return BackboneAndHead(FrozenBackbone(backbone), head, dim), data, None
+        return FeatureClassifier(FrozenBackbone(backbone), head, dim), data, None
     backbone = backbone.to(device).requires_grad_(False).eval()
     folder = Path(cfg.features.cache_dir or DEFAULT_CACHE).expanduser()
     splits = {
@@ -138,7 +121,7 @@ def freeze(
         for split in SPLITS
         if getattr(data, f"{split}_x") is not None
     }
-    model_cfg = {k: v for k, v in resolved(cfg)["model"].items() if k not in RUNNER_KEYS}
+    model_cfg = {k: v for k, v in resolved(cfg)["model"].items() if k not in MODEL_RUNNER_KEYS}
     weights = weights_digest(backbone)
     precision = "bfloat16" if device.type == "cuda" else "float32"
     computed: list[tuple[Path, torch.Tensor, float]] = []
@@ -168,19 +151,7 @@ def freeze(
         normalize=None,  # the images' standardisation happened before the backbone
         augment=None,
     )
-    return BackboneAndHead(nn.Identity(), head, dim), swapped, FrozenInputs(backbone, data)
-
-
-def _contract(model: nn.Module, model_cfg: DictConfig) -> tuple[nn.Module, nn.Module, int]:
-    """The model's backbone, head and feature width; a model without them cannot be frozen."""
-    backbone, head = getattr(model, "features", None), getattr(model, "classifier", None)
-    dim = getattr(model, "feature_dim", None)
-    if not (isinstance(backbone, nn.Module) and isinstance(head, nn.Module) and dim):
-        raise UserError(
-            f"model.freeze=true: {model_cfg._target_} has no 'features', 'classifier' and "
-            "'feature_dim' to split it into backbone and head; give it those, or model.freeze=false"
-        )
-    return backbone, head, int(dim)
+    return FeatureClassifier(nn.Identity(), head, dim), swapped, FrozenInputs(backbone, data)
 
 
 def _report(computed: list[tuple[Path, torch.Tensor, float]], reused: list[Path], name: str) -> str:
@@ -235,7 +206,6 @@ def cache_key(
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-@torch.inference_mode()
 def extract(
     backbone: nn.Module,
     x: Any,
@@ -247,12 +217,12 @@ def extract(
     converted as a training batch is, in order, as float32 on the CPU."""
     feed = Feed(x, device, normalize, num_workers)
     chunks = []
-    with autocast(device):
+    with torch.inference_mode(), autocast(device):
         for batch in feed.batches(torch.arange(len(feed)), EXTRACT_BATCH):
             chunks.append(backbone(batch).float().cpu())
-    if not chunks:
-        return torch.empty(0, 0)
-    return torch.cat(chunks)
+    # Concatenated outside inference mode: the head trains on a normal tensor (autograd refuses
+    # inference tensors).
+    return torch.cat(chunks) if chunks else torch.empty(0, 0)
 
 
 def _checksum(features: torch.Tensor) -> str:

@@ -15,11 +15,11 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
-from hydra.utils import instantiate
-from omegaconf import DictConfig
+from hydra.utils import get_method, instantiate
+from omegaconf import DictConfig, OmegaConf
 
-from runner.checks import check_targets
-from runner.config import SUPPLIED
+from runner.checks import accepted_parameters, check_targets
+from runner.config import MODEL_RUNNER_KEYS, SUPPLIED
 from runner.data import LongTailData
 from runner.distributed import check_batch_size, data_parallel
 from runner.errors import UserError
@@ -27,6 +27,8 @@ from runner.evaluation import Evaluation
 from runner.features import FrozenInputs, freeze
 from runner.feeding import place
 from runner.losses import ClassWeightedLoss
+from runner.models import FeatureClassifier
+from runner.models.adopt import as_feature_classifier
 from runner.state import TrainState, build_state
 from runner.tracking import Row
 from samplers import Sampler
@@ -97,10 +99,12 @@ def _device(name: str) -> torch.device:
 
 
 def build(group: str, node: DictConfig, **supplied: Any) -> Any:
-    """``instantiate`` one group's object with the arguments the runner supplies (exactly those
-    :data:`runner.config.SUPPLIED` names, which the config check refuses from the config); a bad
-    value comes out as a :class:`UserError` naming the group."""
-    assert set(supplied) == SUPPLIED[group], f"{group}: supplied {sorted(supplied)}"
+    """``instantiate`` one group's object with the arguments the runner supplies (those
+    :data:`runner.config.SUPPLIED` names, which the config check refuses from the config: all
+    of them, but for a model only those its constructor takes); a bad value comes out as a
+    :class:`UserError` naming the group."""
+    assert set(supplied) <= SUPPLIED[group], f"{group}: supplied {sorted(supplied)}"
+    assert group == "model" or set(supplied) == SUPPLIED[group], f"{group}: {sorted(supplied)}"
     try:
         return instantiate(node, **supplied, _convert_="all")
     except InstantiationException as wrapped:
@@ -110,6 +114,25 @@ def build(group: str, node: DictConfig, **supplied: Any) -> Any:
         if isinstance(cause, (ValueError, TypeError, FileNotFoundError)):
             raise UserError(f"{group} ({node._target_}): {cause}") from cause
         raise
+
+
+def build_model(node: DictConfig, in_shape: tuple[int, ...], num_classes: int) -> FeatureClassifier:
+    """The model group's module as a :class:`FeatureClassifier`: its constructor gets
+    ``num_classes``, ``in_shape`` where it takes it, and the config's keys less the runner's own
+    (:data:`runner.config.MODEL_RUNNER_KEYS`); ``model.head`` is applied after it where the
+    constructor does not take it."""
+    target = node._target_
+    accepted = accepted_parameters(get_method(target))
+    passed = [str(k) for k in node if k not in MODEL_RUNNER_KEYS or k in accepted]
+    supplied: dict[str, Any] = {"num_classes": num_classes}
+    if "in_shape" in accepted:
+        supplied["in_shape"] = in_shape
+    model = build("model", OmegaConf.masked_copy(node, passed), **supplied)
+    head = None if "head" in accepted else str(node.get("head", "linear"))
+    try:
+        return as_feature_classifier(model, num_classes, head, target)
+    except ValueError as error:
+        raise UserError(f"model ({target}): {error}") from None
 
 
 def build_parts(cfg: DictConfig) -> Parts:
@@ -123,7 +146,7 @@ def build_parts(cfg: DictConfig) -> Parts:
     torch.manual_seed(cfg.seed)
     data: LongTailData = place(build("data", cfg.data), device)  # in memory or a DataLoader
     sampler: Sampler = build("sampler", cfg.sampler, labels=data.train_y)
-    model = build("model", cfg.model, in_shape=data.in_shape, num_classes=data.num_classes)
+    model: FeatureClassifier = build_model(cfg.model, data.in_shape, data.num_classes)
     frozen = None
     if cfg.model.get("freeze", False):  # the head alone trains, on cached features if it can
         model, data, frozen = freeze(model, data, cfg, device)

@@ -13,7 +13,7 @@ import torch
 from omegaconf import DictConfig
 
 from runner.distributed import is_main
-from runner.models import Predictor
+from runner.models import FeatureClassifier, Predictor
 from runner.parts import Parts, Progress
 from runner.record import class_table, per_class_as_table
 from runner.state import total_epochs
@@ -111,7 +111,10 @@ def _predictor(parts: Parts) -> tuple[torch.nn.Module, np.ndarray]:
     data = frozen.stored if frozen is not None else parts.data
     test_x = data.test_x
     rows = test_x[:2] if torch.is_tensor(test_x) else test_x.__getitems__([0, 1])
-    model = frozen.model_for(parts.state.model) if frozen is not None else parts.state.model
+    model = parts.state.model
+    if frozen is not None:
+        assert isinstance(model, FeatureClassifier)  # freeze built it
+        model = frozen.model_for(model)
     return Predictor(copy.deepcopy(model).cpu(), data.normalize).eval(), rows.cpu().numpy()
 
 

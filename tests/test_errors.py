@@ -223,14 +223,12 @@ def test_every_bad_input_gets_one_or_two_lines_and_exit_2(bad_inputs):
 
 def test_a_bug_still_shows_its_traceback(tmp_path, tracking_uri):
     done = subprocess.run(
-        # A model without parameters passes the config checks, then breaks the optimizer.
+        # A negative layer width passes the config checks, then breaks inside torch.
         [
             *RUN,
-            "model=small_cnn",
+            "model=mlp",
             "data=digits_lt",
-            "model._target_=torch.nn.Identity",
-            "~model.width",
-            "~model.head",
+            "model.hidden=[-1]",
             f"tracking.uri={tracking_uri}",
         ],
         cwd=tmp_path,

@@ -13,9 +13,10 @@ from torch import nn
 
 from runner import features
 from runner.data import LongTailData
+from runner.features import FrozenBackbone, freeze
 from runner.feeding import place
-from runner.features import BackboneAndHead, FrozenBackbone, freeze
-from runner.parts import build
+from runner.models import FeatureClassifier
+from runner.parts import build, build_model
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit
@@ -23,13 +24,16 @@ pytestmark = pytest.mark.unit
 CPU = torch.device("cpu")
 
 
-def frozen_config(cache: Path, *overrides: str):
+SMALL_CNN = ("model=small_cnn", "model.width=8")  # 32 features, BatchNorm in the backbone
+MLP = ("model=mlp", "model.hidden=[64]")  # 64 random ReLU features: a head learns digits on them
+
+
+def frozen_config(cache: Path, *overrides: str, model: tuple[str, ...] = SMALL_CNN):
     return compose_config(
         [
             "data=digits_lt",
-            "model=small_cnn",
-            "model.width=8",
-            "+model.freeze=true",
+            *model,
+            "model.freeze=true",
             "trainer.augment=false",
             f"features.cache_dir={cache}",
             *overrides,
@@ -43,7 +47,7 @@ def digits(cfg) -> LongTailData:
 
 def backbone_model(cfg, data: LongTailData) -> nn.Module:
     torch.manual_seed(cfg.seed)
-    return build("model", cfg.model, in_shape=data.in_shape, num_classes=data.num_classes)
+    return build_model(cfg.model, data.in_shape, data.num_classes)
 
 
 class ForwardCount:
@@ -72,7 +76,7 @@ def test_features_are_computed_once_then_reused_without_a_forward_pass(tmp_path,
     assert line.startswith(f"features: computed {total} x 32 from SmallCNN in "), line
     assert first.calls > 0 and frozen is not None
     assert swapped.train_x.shape == (len(data.train_x), 32) and swapped.normalize is None
-    assert isinstance(model, BackboneAndHead) and isinstance(model.features, nn.Identity)
+    assert isinstance(model, FeatureClassifier) and isinstance(model.features, nn.Identity)
     assert sorted(p.name.split("-")[1] for p in tmp_path.glob("*.pt")) == ["test", "train"]
 
     with ForwardCount() as second:
@@ -95,7 +99,9 @@ def test_another_backbone_or_other_weights_get_their_own_entries(tmp_path, capsy
         variant = frozen_config(tmp_path, *other)  # the same, other weights, backbone, head
         freeze(backbone_model(variant, data), data, variant, CPU)
     lines = capsys.readouterr().out.strip().splitlines()
-    assert [line.split()[1] for line in lines] == ["computed", "computed", "computed", "reused"], lines
+    assert [line.split()[1] for line in lines] == ["computed", "computed", "computed", "reused"], (
+        lines
+    )
     assert len(list(tmp_path.glob("*.pt"))) == 6
 
 
@@ -122,7 +128,7 @@ def test_a_stale_or_tampered_entry_is_computed_again_with_one_line(tmp_path, cap
     (train,) = tmp_path.glob("digits_lt-train-*.pt")
     (test,) = tmp_path.glob("digits_lt-test-*.pt")
     entry = torch.load(train, weights_only=True)
-    torch.save({**torch.load(test, weights_only=True), "features": first.train_x}, test)  # stale
+    test.write_bytes(train.read_bytes())  # a whole entry of other content under the test's name
     entry["features"] = entry["features"] + 1.0  # other values, the old checksum
     torch.save(entry, train)
     capsys.readouterr()
@@ -168,21 +174,13 @@ def test_a_second_job_waits_for_the_first_and_reuses_its_features(tmp_path, caps
 
 def test_a_frozen_backbone_stays_in_eval_mode_without_gradients():
     backbone = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Dropout(0.5))
-    model = BackboneAndHead(FrozenBackbone(backbone), nn.Linear(3, 2), 3).train()
+    model = FeatureClassifier(FrozenBackbone(backbone), nn.Linear(3, 2), 3).train()
     assert not backbone.training and model.training and model.classifier.training
     x = torch.randn(8, 4)
     model(x).sum().backward()
     assert all(p.grad is None for p in backbone.parameters())
     assert model.classifier.weight.grad is not None
     assert torch.equal(backbone[1].running_mean, torch.zeros(3))  # statistics unchanged
-
-
-def test_freeze_refuses_a_model_without_backbone_and_head(tmp_path):
-    from runner.errors import UserError
-
-    cfg = frozen_config(tmp_path)
-    with pytest.raises(UserError, match=r"model.freeze=true: .* has no 'features'"):
-        freeze(nn.Linear(64, 10), digits(cfg), cfg, CPU)
 
 
 def trained_run(cfg, tracking_uri: str):
@@ -217,7 +215,11 @@ def test_on_cached_features_the_head_alone_trains_and_the_logged_model_takes_ima
     from sklearn.metrics import balanced_accuracy_score
 
     cfg = frozen_config(
-        tmp_path / "cache", *TRAINING, "tracking.plots=false", f"tracking.uri={tracking_uri}"
+        tmp_path / "cache",
+        *TRAINING,
+        "tracking.plots=false",
+        f"tracking.uri={tracking_uri}",
+        model=MLP,
     )
     data = digits(cfg)
     backbone = freeze(backbone_model(cfg, data), data, cfg, CPU)[2]
@@ -235,7 +237,8 @@ def test_on_cached_features_the_head_alone_trains_and_the_logged_model_takes_ima
         predicted = logged(data.test_x).argmax(1).numpy()
     accuracy = balanced_accuracy_score(data.test_y.numpy(), predicted)
     assert accuracy == pytest.approx(results["final/balanced_accuracy"], abs=1e-12)
-    assert accuracy > 0.3  # a head on random convolutional features: well above chance (0.1)
+    # Chance is 0.1, with a spread of about 0.015 over 500 balanced test digits: the head learned.
+    assert accuracy > 0.3
 
 
 @pytest.mark.slow

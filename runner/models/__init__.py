@@ -1,0 +1,17 @@
+"""Models the runner trains: its own small ones, timm and torchvision backbones and the user's
+own ``nn.Module``; every one a :class:`FeatureClassifier` (``features``, then ``classifier``)."""
+
+from runner.models.heads import HEADS, CosineClassifier, FeatureClassifier, classifier_head
+from runner.models.predictor import Predictor
+from runner.models.small import MLP, ResNet32, SmallCNN
+
+__all__ = [
+    "HEADS",
+    "MLP",
+    "CosineClassifier",
+    "FeatureClassifier",
+    "Predictor",
+    "ResNet32",
+    "SmallCNN",
+    "classifier_head",
+]
