@@ -62,6 +62,13 @@ CONSTRAINTS = (
         nullable=True,
         example="null: trainer.lr",
     ),
+    Constraint(
+        "trainer.backbone_lr",
+        float,
+        low=0,
+        open_low=True,
+        example="a factor on trainer.lr; 1: the same",
+    ),
     Constraint("trainer.momentum", float, low=0, high=1, open_high=True, example="e.g. 0.9"),
     Constraint("trainer.weight_decay", float, low=0, example="e.g. 5e-4"),
     Constraint("trainer.gamma", float, low=0, open_low=True, example="the lr decay factor"),

@@ -53,6 +53,7 @@ class TrainerConfig:
     checkpoint_every: int = MISSING
     classifier_epochs: int = MISSING
     classifier_lr: float | None = MISSING
+    backbone_lr: float = MISSING
 
 
 @dataclass
@@ -168,6 +169,9 @@ ADDED_RUNTIME_KEYS = (
     "features.cache_dir",
 )
 ADDED_DEFAULTS = {"data.val_fraction": 0}  # keys added since, with the value runs had before
+# Keys added to every config since today's fingerprint was first computed, with the behaviour runs
+# had before them: left out of it at that value, so that those runs are still recognised.
+NEUTRAL_DEFAULTS = {"trainer.backbone_lr": 1.0, "model.freeze": False}
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:
@@ -191,12 +195,19 @@ def _fingerprint(plain: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _drop_neutral(plain: dict[str, Any], cfg: DictConfig) -> None:
+    for key, default in NEUTRAL_DEFAULTS.items():
+        if OmegaConf.select(cfg, key) == default:
+            _drop(plain, key)
+
+
 def config_key(cfg: DictConfig) -> str:
     """A fingerprint of what the run computes (the config less :data:`RUNTIME_KEYS`): a resumed
     sweep recognises its finished jobs by it (tag ``config_key``)."""
     plain = resolved(cfg)
     for key in RUNTIME_KEYS:
         _drop(plain, key)
+    _drop_neutral(plain, cfg)
     return _fingerprint(plain)
 
 
@@ -209,6 +220,7 @@ def config_keys(cfg: DictConfig) -> set[str]:
         _drop(plain, key)
     for key in ADDED_RUNTIME_KEYS:
         _drop(plain, key)
+    _drop_neutral(plain, cfg)
     for key, default in ADDED_DEFAULTS.items():
         if _drop(plain, key) not in (None, default):
             return keys  # a setting runs recorded before could not have had

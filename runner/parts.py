@@ -147,6 +147,9 @@ def build_parts(cfg: DictConfig) -> Parts:
     data: LongTailData = place(build("data", cfg.data), device)  # in memory or a DataLoader
     sampler: Sampler = build("sampler", cfg.sampler, labels=data.train_y)
     model: FeatureClassifier = build_model(cfg.model, data.in_shape, data.num_classes)
+    if model.unit_input and data.normalize is not None:  # the model standardises itself
+        channels = len(data.normalize[0])
+        data.normalize = ([0.0] * channels, [1.0] * channels)
     frozen = None
     if cfg.model.get("freeze", False):  # the head alone trains, on cached features if it can
         model, data, frozen = freeze(model, data, cfg, device)

@@ -195,10 +195,25 @@ def _sgd(parameters: Any, cfg: TrainerConfig, lr: float) -> torch.optim.SGD:
     )
 
 
+def parameter_groups(model: torch.nn.Module, cfg: TrainerConfig) -> Any:
+    """What the optimizer trains: the model's parameters at ``lr``; with ``backbone_lr`` other
+    than 1, the features' at ``backbone_lr * lr`` and the classifier's at ``lr`` (fine-tuning a
+    pretrained backbone more gently than its fresh head)."""
+    factor = cfg.backbone_lr
+    if factor == 1.0:
+        return model.parameters()
+    features, classifier = getattr(model, "features", None), getattr(model, "classifier", None)
+    assert isinstance(features, torch.nn.Module) and isinstance(classifier, torch.nn.Module)
+    return [
+        {"params": list(features.parameters()), "lr": cfg.lr * factor},
+        {"params": list(classifier.parameters())},
+    ]
+
+
 def build_state(
     model: torch.nn.Module, sampler: Sampler, cfg: TrainerConfig, seed: int
 ) -> TrainState:
-    optimizer = _sgd(model.parameters(), cfg, cfg.lr)
+    optimizer = _sgd(parameter_groups(model, cfg), cfg, cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(cfg, batches_per_epoch(sampler, cfg.batch_size))
     )

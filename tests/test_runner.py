@@ -13,6 +13,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner.app import run
 from runner.checks import check_targets
+from runner.parts import build_model
 from tests.conftest import ROOT, compose_config
 
 pytestmark = pytest.mark.unit  # in one process, seconds
@@ -24,14 +25,17 @@ QUICK = ["trainer.epochs=3", "trainer.progress=false", "tracking.log_model=false
 
 @pytest.mark.parametrize(("group", "choice"), CHOICES, ids=[f"{g}={c}" for g, c in CHOICES])
 def test_every_choice_composes_and_builds(group, choice):
-    cfg = compose_config([f"{group}={choice}"])
+    named = (
+        ["model._target_=runner.models.SmallCNN"] if choice == "custom" else []
+    )  # the user's class
+    cfg = compose_config([f"{group}={choice}", *named])
     check_targets(cfg)
     labels = torch.tensor(
         [0] * 300 + [1] * 100 + [2] * 40 + [3] * 20 + [4] * 16 + [5] * 16 + [6] * 16 + [7] * 16
     )
     sampler = instantiate(cfg.sampler, labels=labels)
     assert len(list(sampler)) == len(sampler)
-    model = instantiate(cfg.model, in_shape=(3, 8, 8), num_classes=8, _convert_="all")
+    model = build_model(cfg.model, (3, 8, 8), 8)
     assert model(torch.zeros(2, 3, 8, 8)).shape == (2, 8)
     weights = getattr(sampler, "class_loss_weights", lambda: None)()
     instantiate(

@@ -1,6 +1,7 @@
 """Models the runner trains: its own small ones, timm and torchvision backbones and the user's
 own ``nn.Module``; every one a :class:`FeatureClassifier` (``features``, then ``classifier``)."""
 
+from runner.models.backbones import timm_backbone, torchvision_backbone
 from runner.models.heads import HEADS, CosineClassifier, FeatureClassifier, classifier_head
 from runner.models.predictor import Predictor
 from runner.models.small import MLP, ResNet32, SmallCNN
@@ -14,4 +15,6 @@ __all__ = [
     "ResNet32",
     "SmallCNN",
     "classifier_head",
+    "timm_backbone",
+    "torchvision_backbone",
 ]

@@ -1,5 +1,6 @@
 """Any ``nn.Module`` as a :class:`FeatureClassifier`: one that already exposes ``features``,
-``classifier`` and ``feature_dim`` as it is; any other split at its final linear layer (the last
+``classifier`` and ``feature_dim`` as it is (``feature_dim`` says it means the contract:
+torchvision's MobileNet has a ``features`` trunk before its pooling); any other split at its final linear layer (the last
 ``nn.Linear`` it registers with ``num_classes`` outputs), which becomes ``classifier`` while the
 module, with an identity in that layer's place, becomes ``features``."""
 
@@ -41,11 +42,9 @@ def as_feature_classifier(
     ``target``."""
     if isinstance(model, FeatureClassifier):
         adopted = model
-    elif isinstance(getattr(model, "features", None), nn.Module) and isinstance(
-        getattr(model, "classifier", None), nn.Module
+    elif isinstance(getattr(model, "feature_dim", None), int) and all(
+        isinstance(getattr(model, a, None), nn.Module) for a in ("features", "classifier")
     ):
-        if not isinstance(getattr(model, "feature_dim", None), int):
-            raise ValueError(f"{target} has features and classifier but no int feature_dim")
         adopted = FeatureClassifier(model.features, model.classifier, model.feature_dim)  # type: ignore[arg-type]
     else:
         name = final_linear(model, num_classes)

@@ -14,7 +14,13 @@ HEADS = ("linear", "cosine")
 class FeatureClassifier(nn.Module):
     """``model(x) == model.classifier(model.features(x))``; ``features`` gives (N, ``feature_dim``)
     vectors. The contract the runner relies on (cRT retrains ``classifier`` alone, fine-tuning
-    gives ``features`` its own learning rate) and that every model it builds honours."""
+    gives ``features`` its own learning rate) and that every model it builds honours.
+
+    ``unit_input``: the model standardises images itself (as its pretrained weights expect), so
+    the runner scales the data's uint8 images to [0, 1] instead of standardising them with the
+    data's channel statistics."""
+
+    unit_input = False
 
     def __init__(self, features: nn.Module, classifier: nn.Module, feature_dim: int) -> None:
         super().__init__()
