@@ -77,6 +77,11 @@ class TrackingConfig:
 
 
 @dataclass
+class FeaturesConfig:
+    cache_dir: str | None = MISSING
+
+
+@dataclass
 class RunConfig:
     seed: int = MISSING
     resume: str | None = MISSING
@@ -89,6 +94,7 @@ class RunConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
 
 
 def trainer_config(**overrides: Any) -> TrainerConfig:
@@ -140,6 +146,7 @@ RUNTIME_KEYS = (
     "data.num_workers",
     "data.in_memory",
     "data.memory_budget_gb",
+    "features.cache_dir",
 )
 # The first fingerprint left out fewer keys, and configs had none of the keys added since (whose
 # default a run then had in effect): a run recorded with it is recognised by that computation.
@@ -159,6 +166,7 @@ ADDED_RUNTIME_KEYS = (
     "tracking.register",
     "tracking.per_class_max",
     "tracking.system_metrics",
+    "features.cache_dir",
 )
 ADDED_DEFAULTS = {"data.val_fraction": 0}  # keys added since, with the value runs had before
 # Keys added to every config since today's fingerprint was first computed, with the behaviour runs
@@ -173,10 +181,14 @@ def resolved(cfg: DictConfig) -> dict[str, Any]:
 
 def _drop(plain: dict[str, Any], key: str) -> Any:
     *path, last = key.split(".")
-    node = plain
+    parents, node = [], plain
     for part in path:
+        parents.append(node)
         node = node.get(part, {})
-    return node.pop(last, None)
+    value = node.pop(last, None)
+    if path and not node and path[-1] in parents[-1]:  # a node of runtime keys alone, gone
+        del parents[-1][path[-1]]
+    return value
 
 
 def _fingerprint(plain: dict[str, Any]) -> str:

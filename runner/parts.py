@@ -24,6 +24,7 @@ from runner.data import LongTailData
 from runner.distributed import check_batch_size, data_parallel
 from runner.errors import UserError
 from runner.evaluation import Evaluation
+from runner.features import FrozenInputs, freeze
 from runner.feeding import place
 from runner.losses import ClassWeightedLoss
 from runner.models import FeatureClassifier
@@ -42,6 +43,7 @@ class Parts:
     loss_fn: ClassWeightedLoss
     state: TrainState
     device: torch.device
+    frozen: FrozenInputs | None = None  # model.freeze on cached features: the backbone, the images
 
 
 @dataclass
@@ -144,10 +146,13 @@ def build_parts(cfg: DictConfig) -> Parts:
     torch.manual_seed(cfg.seed)
     data: LongTailData = place(build("data", cfg.data), device)  # in memory or a DataLoader
     sampler: Sampler = build("sampler", cfg.sampler, labels=data.train_y)
-    model = build_model(cfg.model, data.in_shape, data.num_classes)
+    model: FeatureClassifier = build_model(cfg.model, data.in_shape, data.num_classes)
     if model.unit_input and data.normalize is not None:  # the model standardises itself
         channels = len(data.normalize[0])
         data.normalize = ([0.0] * channels, [1.0] * channels)
+    frozen = None
+    if cfg.model.get("freeze", False):  # the head alone trains, on cached features if it can
+        model, data, frozen = freeze(model, data, cfg, device)
     weights = getattr(sampler, "class_loss_weights", None)  # the hybrid strategy's
     loss_fn = build(
         "loss",
@@ -158,7 +163,7 @@ def build_parts(cfg: DictConfig) -> Parts:
     )
     state = build_state(model.to(device), sampler, trainer, cfg.seed)
     state.parallel = data_parallel(state.model, device)  # under torchrun
-    return Parts(data, sampler, loss_fn.to(device), state, device)
+    return Parts(data, sampler, loss_fn.to(device), state, device, frozen)
 
 
 def active_sweeper() -> str | None:

@@ -81,7 +81,7 @@ def system_metrics(cfg: DictConfig, recorder: Any, resumed: bool) -> Iterator[No
         monitor.finish()
 
 
-def _digest_of(samples: Any, labels: torch.Tensor) -> str:
+def digest_of(samples: Any, labels: torch.Tensor) -> str:
     """A fingerprint of what one split holds: its labels and its samples' values (read in
     pieces; for a dataset that decodes on demand, the rows it holds and, where the dataset lists
     them, its files' names, sizes and times). The same data gives the same digest, whatever
@@ -136,7 +136,7 @@ def dataset_inputs(cfg: DictConfig, data: LongTailData) -> list[Any]:
         dataset = MetaDataset(  # type: ignore[abstract]
             source,
             name=f"{data.name}-{split}",
-            digest=_digest_of(samples, labels)[:16],
+            digest=digest_of(samples, labels)[:16],
         )
         context = InputTag(key="mlflow.data.context", value=CONTEXTS[split])
         inputs.append(DatasetInput(dataset=dataset._to_mlflow_entity(), tags=[context]))

@@ -13,7 +13,7 @@ import torch
 from omegaconf import DictConfig
 
 from runner.distributed import is_main
-from runner.models import Predictor
+from runner.models import FeatureClassifier, Predictor
 from runner.parts import Parts, Progress
 from runner.record import class_table, per_class_as_table
 from runner.state import total_epochs
@@ -105,11 +105,17 @@ def record_results(
 
 def _predictor(parts: Parts) -> tuple[torch.nn.Module, np.ndarray]:
     """The model to log (on the CPU, in eval mode, taking samples as they are stored) and an
-    input example: the first two test samples."""
-    test_x = parts.data.test_x
+    input example: the first two test samples. A head trained on cached features is logged
+    with its frozen backbone in front, taking the stored samples too."""
+    frozen = parts.frozen
+    data = frozen.stored if frozen is not None else parts.data
+    test_x = data.test_x
     rows = test_x[:2] if torch.is_tensor(test_x) else test_x.__getitems__([0, 1])
-    model = copy.deepcopy(parts.state.model).cpu()
-    return Predictor(model, parts.data.normalize).eval(), rows.cpu().numpy()
+    model = parts.state.model
+    if frozen is not None:
+        assert isinstance(model, FeatureClassifier)  # freeze built it
+        model = frozen.model_for(model)
+    return Predictor(copy.deepcopy(model).cpu(), data.normalize).eval(), rows.cpu().numpy()
 
 
 def objective(cfg: DictConfig, results: dict[str, float]) -> float:

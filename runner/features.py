@@ -1,0 +1,312 @@
+"""Frozen backbones (``model.freeze=true``): the backbone runs in eval mode without gradients and
+only the head (``model.classifier``) trains.
+
+Without augmentation a frozen backbone maps every sample to the same feature vector in every
+epoch, so :func:`freeze` computes each split's features once and the run trains the head on
+them: the loop, the sampler and the evaluation see ``(N, D)`` float features and a model that is
+the head alone. The features are cached in ``features.cache_dir``, one file per split, named and
+keyed by a digest of what they depend on (:func:`cache_key`): the split's content, the backbone's
+config and weights, the input shape, the preprocessing and the precision. A file holds its key and
+a checksum of its features; it is written to a temporary file and renamed, so a reader finds a
+whole file or none, and one that cannot be read, is damaged or holds another key is computed
+again (one line says why). Jobs of a sweep that need the same file take turns through a lock
+file (the wait is bounded: after :data:`LOCK_WAIT_S` a job computes the features itself), so the
+second job reuses what the first computed.
+
+With augmentation on (``trainer.augment=true`` on data that augments) every batch is new, so the
+features are not cacheable: the backbone stays in the model, frozen, and runs on every batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from runner.config import MODEL_RUNNER_KEYS, resolved
+from runner.data import LongTailData, Normalize
+from runner.distributed import is_main
+from runner.errors import UserError
+from runner.feeding import Feed
+from runner.models import FeatureClassifier
+from runner.record import digest_of
+from runner.state import autocast
+
+FORMAT = 1  # of the cache files; a file of another format is computed again
+DEFAULT_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "features"
+EXTRACT_BATCH = 256  # samples per backbone forward pass while computing features
+LOCK_WAIT_S = 1800.0  # the longest a job waits for another computing the same features
+LOCK_POLL_S = 0.2
+SPLITS = ("train", "val", "test")
+
+
+class FrozenBackbone(nn.Module):
+    """``backbone`` without gradients, in eval mode whatever ``train()`` asks: its BatchNorm
+    statistics stay those it was loaded with and its dropout stays off."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone.requires_grad_(False).eval()
+
+    def train(self, mode: bool = True) -> FrozenBackbone:
+        super().train(mode)
+        self.backbone.eval()
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.backbone(x)
+
+
+@dataclass
+class FrozenInputs:
+    """What a run on cached features keeps of the model and the data before the swap: the
+    logged model takes the stored samples (images) again, not features."""
+
+    backbone: nn.Module
+    stored: LongTailData
+
+    def model_for(self, head: FeatureClassifier) -> FeatureClassifier:
+        """The frozen backbone and the trained ``head`` (the run's model) as one model."""
+        return FeatureClassifier(FrozenBackbone(self.backbone), head.classifier, head.feature_dim)
+
+
+def augments(data: LongTailData, augment: bool) -> bool:
+    """Whether batches of ``data`` are augmented (``trainer.augment`` and data that crops or
+    flips): then no two epochs show the backbone the same inputs."""
+    spec = data.augment
+    return augment and spec is not None and (spec.flip or spec.crop_padding > 0)
+
+
+def backbone_name(model_cfg: DictConfig) -> str:
+    """The backbone as a person names it: ``model.name`` where the group has one (timm,
+    torchvision), else the class."""
+    target = str(model_cfg._target_).rsplit(".", 1)[-1]
+    name = model_cfg.get("name")
+    return f"{target}:{name}" if name else target
+
+
+def freeze(
+    model: FeatureClassifier,
+    data: LongTailData,
+    cfg: DictConfig,
+    device: torch.device,
+) -> tuple[FeatureClassifier, LongTailData, FrozenInputs | None]:
+    """The model and data a run with ``model.freeze=true`` trains on: the head on cached features
+    (and what the logged model needs of the rest), or with augmentation the whole model with
+    its backbone frozen (and None)."""
+    backbone, head, dim = model.features, model.classifier, model.feature_dim
+    if augments(data, cfg.trainer.augment):
+        _say(
+            "features: not cached: augmentation is on (trainer.augment=true), so the frozen "
+            "backbone computes them for every batch; trainer.augment=false computes them once"
+        )
+        return FeatureClassifier(FrozenBackbone(backbone), head, dim), data, None
+    backbone = backbone.to(device).requires_grad_(False).eval()
+    folder = Path(cfg.features.cache_dir or DEFAULT_CACHE).expanduser()
+    splits = {
+        split: (getattr(data, f"{split}_x"), getattr(data, f"{split}_y"))
+        for split in SPLITS
+        if getattr(data, f"{split}_x") is not None
+    }
+    model_cfg = {k: v for k, v in resolved(cfg)["model"].items() if k not in MODEL_RUNNER_KEYS}
+    weights = weights_digest(backbone)
+    precision = "bfloat16" if device.type == "cuda" else "float32"
+    computed: list[tuple[Path, torch.Tensor, float]] = []
+    reused: list[Path] = []
+    features: dict[str, torch.Tensor] = {}
+    for split, (x, y) in splits.items():
+        key = cache_key(
+            digest_of(x, y), model_cfg, weights, tuple(x.shape[1:]), data.normalize, precision
+        )
+        path = folder / f"{data.name}-{split}-{key[:20]}.pt"
+        with _turn(path):
+            cached = read_entry(path, key, len(x))
+            if cached is not None:
+                features[split] = cached
+                reused.append(path)
+                continue
+            started = time.perf_counter()
+            features[split] = extract(backbone, x, data.normalize, device, data.feeding.num_workers)
+            computed.append((path, features[split], time.perf_counter() - started))
+            write_entry(path, key, features[split])
+    _say(_report(computed, reused, backbone_name(cfg.model)))
+    swapped = dataclasses.replace(
+        data,
+        train_x=features["train"],
+        test_x=features["test"],
+        val_x=features.get("val"),
+        normalize=None,  # the images' standardisation happened before the backbone
+        augment=None,
+    )
+    return FeatureClassifier(nn.Identity(), head, dim), swapped, FrozenInputs(backbone, data)
+
+
+def _report(computed: list[tuple[Path, torch.Tensor, float]], reused: list[Path], name: str) -> str:
+    """The run's one line about its features."""
+    parts = []
+    if computed:
+        n = sum(len(f) for _, f, _ in computed)
+        dim = computed[0][1].shape[1]
+        seconds = sum(s for _, _, s in computed)
+        files = ", ".join(str(p) for p, _, _ in computed)
+        parts.append(f"computed {n} x {dim} from {name} in {seconds:.1f} s ({files})")
+    if reused:
+        parts.append("reused " + ", ".join(str(p) for p in reused))
+    return "features: " + "; ".join(parts)
+
+
+def _say(line: str) -> None:
+    if is_main():  # under torchrun, one line for the whole run
+        print(line, flush=True)
+
+
+def weights_digest(module: nn.Module) -> str:
+    """A digest of every tensor in ``module``'s state (parameters and buffers, by name)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, tensor in module.state_dict().items():
+        raw = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(raw.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def cache_key(
+    content: str,
+    model_cfg: dict[str, Any],
+    weights: str,
+    in_shape: tuple[int, ...],
+    normalize: Normalize | None,
+    precision: str,
+) -> str:
+    """The digest a split's cached features are filed under and checked against: the split's
+    content digest, the backbone's config (less the runner's keys) and weights digest, the
+    input shape, the standardisation of images before the backbone and the precision."""
+    facts = {
+        "format": FORMAT,
+        "content": content,
+        "model": model_cfg,
+        "weights": weights,
+        "in_shape": list(in_shape),
+        "normalize": [list(map(float, v)) for v in normalize] if normalize is not None else None,
+        "precision": precision,
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def extract(
+    backbone: nn.Module,
+    x: Any,
+    normalize: Normalize | None,
+    device: torch.device,
+    num_workers: int | None,
+) -> torch.Tensor:
+    """``backbone``'s features of every sample of ``x`` (a tensor or samples read on demand),
+    converted as a training batch is, in order, as float32 on the CPU."""
+    feed = Feed(x, device, normalize, num_workers)
+    chunks = []
+    with torch.inference_mode(), autocast(device):
+        for batch in feed.batches(torch.arange(len(feed)), EXTRACT_BATCH):
+            chunks.append(backbone(batch).float().cpu())
+    # Concatenated outside inference mode: the head trains on a normal tensor (autograd refuses
+    # inference tensors).
+    return torch.cat(chunks) if chunks else torch.empty(0, 0)
+
+
+def _checksum(features: torch.Tensor) -> str:
+    return hashlib.blake2b(features.contiguous().numpy().tobytes(), digest_size=16).hexdigest()
+
+
+def read_entry(path: Path, key: str, rows: int) -> torch.Tensor | None:
+    """The features cached at ``path`` when the file is whole and holds ``key``; else None, with
+    one line saying why when there was a file."""
+    if not path.is_file():
+        return None
+    try:
+        entry = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many kinds for a damaged file
+        _say(f"features: {path} is unreadable ({type(error).__name__}); computing it again")
+        return None
+    problem = None
+    if not isinstance(entry, dict) or entry.get("format") != FORMAT:
+        problem = "is not a feature cache file of this version"
+    elif entry.get("key") != key:
+        problem = "holds the features of other data or another backbone (stale)"
+    elif not torch.is_tensor(entry.get("features")) or entry["features"].shape[:1] != (rows,):
+        problem = f"does not hold {rows} feature vectors"
+    elif _checksum(entry["features"]) != entry.get("checksum"):
+        problem = "fails its checksum (corrupt)"
+    if problem is not None:
+        _say(f"features: {path} {problem}; computing it again")
+        return None
+    features: torch.Tensor = entry["features"]
+    return features
+
+
+def write_entry(path: Path, key: str, features: torch.Tensor) -> None:
+    """Write atomically (temporary file, fsync, rename); a folder that cannot take it is a
+    :class:`UserError` naming ``features.cache_dir``."""
+    entry = {"format": FORMAT, "key": key, "features": features, "checksum": _checksum(features)}
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(temporary, "wb") as file:
+            torch.save(entry, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise UserError(
+            f"features.cache_dir: cannot write {path} ({error.strerror or error})\n"
+            "set features.cache_dir=<a writable folder with room for the features>"
+        ) from None
+
+
+@contextmanager
+def _turn(path: Path) -> Iterator[None]:
+    """Hold the lock file beside ``path`` while the block runs, waiting at most
+    :data:`LOCK_WAIT_S` for another process holding it; after that, run the block anyway
+    (writes are atomic, so two jobs computing at once both leave a whole file). The lock goes
+    with its process, so a killed job never leaves it held."""
+    lock = path.with_name(f".{path.name}.lock")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.touch()
+    except OSError as error:
+        raise UserError(
+            f"features.cache_dir: cannot create {lock} ({error.strerror or error})\n"
+            "set features.cache_dir=<a writable folder>"
+        ) from None
+    with open(lock, "a") as handle:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        held, said = False, False
+        while not held:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    _say(f"features: waited {LOCK_WAIT_S:.0f} s for {lock}; computing anyway")
+                    break
+                if not said:
+                    _say(f"features: another job is computing {path.name}; waiting for it")
+                    said = True
+                time.sleep(LOCK_POLL_S)
+        try:
+            yield
+        finally:
+            if held:
+                fcntl.flock(handle, fcntl.LOCK_UN)
