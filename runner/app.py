@@ -83,7 +83,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
         else:
             names, overrides = choices(cfg)
             recorder = from_main(
-                lambda: start_run(cfg, parts.data, names, overrides, job_parent()), Bystander.of
+                lambda: start_run(cfg, parts.stored_data, names, overrides, job_parent()),
+                Bystander.of,
             )
             path = checkpoint_path(recorder.run_id)
         return _train_recorded(cfg, parts, recorder, progress, path, resumed=previous is not None)

@@ -45,6 +45,12 @@ class Parts:
     device: torch.device
     frozen: FrozenInputs | None = None  # model.freeze on cached features: the backbone, the images
 
+    @property
+    def stored_data(self) -> LongTailData:
+        """The data as its source stores it: on cached features, the samples they came from
+        (what the run's MLflow datasets and logged model describe), else :attr:`data`."""
+        return self.frozen.stored if self.frozen is not None else self.data
+
 
 @dataclass
 class Progress:

@@ -107,8 +107,7 @@ def _predictor(parts: Parts) -> tuple[torch.nn.Module, np.ndarray]:
     """The model to log (on the CPU, in eval mode, taking samples as they are stored) and an
     input example: the first two test samples. A head trained on cached features is logged
     with its frozen backbone in front, taking the stored samples too."""
-    frozen = parts.frozen
-    data = frozen.stored if frozen is not None else parts.data
+    frozen, data = parts.frozen, parts.stored_data
     test_x = data.test_x
     rows = test_x[:2] if torch.is_tensor(test_x) else test_x.__getitems__([0, 1])
     model = parts.state.model

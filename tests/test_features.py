@@ -17,6 +17,7 @@ from runner.features import FrozenBackbone, freeze
 from runner.feeding import place
 from runner.models import FeatureClassifier
 from runner.parts import build, build_model
+from runner.record import digest_of
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit
@@ -202,7 +203,7 @@ def trained_run(cfg, tracking_uri: str):
 
     mlflow.set_tracking_uri(tracking_uri)
     logged = mlflow_pytorch().load_model(f"runs:/{record.info.run_id}/model")
-    return before, logged, results
+    return before, logged, results, record
 
 
 TRAINING = ("trainer.epochs=3", "trainer.batch_size=64", "trainer.progress=false")
@@ -225,7 +226,7 @@ def test_on_cached_features_the_head_alone_trains_and_the_logged_model_takes_ima
     backbone = freeze(backbone_model(cfg, data), data, cfg, CPU)[2]
     assert backbone is not None
     untrained = {k: v.clone() for k, v in backbone.backbone.state_dict().items()}
-    head, logged, results = trained_run(cfg, tracking_uri)
+    head, logged, results, record = trained_run(cfg, tracking_uri)
     out = capsys.readouterr().out
     assert out.count("features: computed") == 1 and out.count("features: reused") == 2, out
     trained = logged.model
@@ -239,6 +240,9 @@ def test_on_cached_features_the_head_alone_trains_and_the_logged_model_takes_ima
     assert accuracy == pytest.approx(results["final/balanced_accuracy"], abs=1e-12)
     # Chance is 0.1, with a spread of about 0.015 over 500 balanced test digits: the head learned.
     assert accuracy > 0.3
+    # The run's MLflow datasets describe the images it was given, not the features made of them.
+    digests = {i.dataset.name: i.dataset.digest for i in record.inputs.dataset_inputs}
+    assert digests["digits_lt-test"] == digest_of(data.test_x, data.test_y)[:16]
 
 
 @pytest.mark.slow
