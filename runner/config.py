@@ -53,6 +53,7 @@ class TrainerConfig:
     checkpoint_every: int = MISSING
     classifier_epochs: int = MISSING
     classifier_lr: float | None = MISSING
+    classifier_stage: str = MISSING
 
 
 @dataclass
@@ -155,7 +156,10 @@ ADDED_RUNTIME_KEYS = (
     "tracking.per_class_max",
     "tracking.system_metrics",
 )
-ADDED_DEFAULTS = {"data.val_fraction": 0}  # keys added since, with the value runs had before
+ADDED_DEFAULTS = {
+    "data.val_fraction": 0,
+    "trainer.classifier_stage": "retrain",
+}  # keys added since, with the value runs had before
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:
