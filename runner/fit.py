@@ -329,7 +329,7 @@ def _divergence_cause(cfg: DictConfig, parts: Parts, classifier_only: bool) -> t
     samples are finite, so the inputs are not the cause; LDAM's scale on an unbounded linear
     head is a known one, else the learning rate."""
     trainer = cfg.trainer
-    if classifier_only:  # cRT's stage two: its own lr, by default trainer.lr
+    if classifier_only:  # the classifier stage (cRT, LWS): its own lr, by default trainer.lr
         setting = f"trainer.classifier_lr={trainer.classifier_lr or trainer.lr}"
         return setting, "set a lower trainer.classifier_lr"
     if isinstance(parts.loss_fn, LDAMLoss) and cfg.model.get("head", "linear") != "cosine":
