@@ -81,11 +81,12 @@ def tau_normalised(weight: torch.Tensor, tau: float) -> torch.Tensor:
 def tau_norm_classifier(model: nn.Module) -> nn.Linear:
     """The linear classifier tau-normalisation rescales; any other head is refused (a cosine
     head's class weights all have norm 1 already: there is nothing to rescale)."""
-    classifier = model.classifier
+    classifier = getattr(model, "classifier", None)
     if not isinstance(classifier, nn.Linear):
         raise UserError(
-            f"trainer.classifier_stage=tau_norm rescales a linear classifier's weights; this "
-            f"model's classifier is {type(classifier).__name__}\nuse model.head=linear"
+            f"trainer.classifier_stage=tau_norm rescales the weights of a linear model.classifier;"
+            f" this model's is {type(classifier).__name__}\nuse model.head=linear, or a model "
+            "whose classifier is a torch.nn.Linear"
         )
     return classifier
 

@@ -212,6 +212,8 @@ def fit(
     steps = batches_per_epoch(parts.sampler, trainer.batch_size)
     last = total_epochs(trainer)
     tabled = per_class_as_table(cfg, data.num_classes)  # many classes: one table an epoch
+    if trainer.classifier_stage == "tau_norm":
+        tau_norm_classifier(state.model)  # a head it cannot rescale is refused before training
     with stop_on_signals(deferred=True):
         while state.epoch < last:
             if state.epoch >= trainer.epochs and not state.classifier_only:

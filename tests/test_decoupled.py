@@ -13,7 +13,7 @@ from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
 from runner.config import trainer_config
 from runner.data import LongTailData
-from runner.decoupled import ScaledClassifier
+from runner.decoupled import ScaledClassifier, tau_norm_classifier
 from runner.errors import UserError
 from runner.feeding import Feed
 from runner.fit import train_epoch
@@ -119,6 +119,15 @@ def test_a_decoupled_stage_that_cannot_run_is_refused_before_training(
     client = MlflowClient(tracking_uri)
     experiments = [e.experiment_id for e in client.search_experiments()]
     assert client.search_runs(experiments) == []  # no run was started, nothing trained
+
+
+@pytest.mark.unit
+def test_tau_norm_refuses_a_model_without_a_linear_classifier():
+    """What the config cannot tell (a model of the user's), the loop refuses before training."""
+    with pytest.raises(UserError, match="is CosineClassifier\nuse model.head=linear"):
+        tau_norm_classifier(SmallCNN((3, 8, 8), 3, width=8, head="cosine"))
+    with pytest.raises(UserError, match="is NoneType"):
+        tau_norm_classifier(torch.nn.Sequential(torch.nn.Linear(4, 3)))
 
 
 def _run(overrides: list[str], uri: str):
