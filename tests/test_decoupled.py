@@ -220,3 +220,24 @@ def test_lws_runs_on_digits_with_a_validation_split(tracking_uri):
     assert steps("train/loss") == [1, 2, 3, 4, 5] and steps("val/balanced_accuracy")[-1] == 5
     scales = [v for k, v in checkpoint["train"]["model"].items() if k.endswith("scales")]
     assert len(scales) == 1 and not torch.allclose(scales[0], torch.ones(10))
+
+
+@pytest.mark.unit
+def test_a_run_recorded_before_the_classifier_stage_existed_resumes_as_retrain(tracking_uri):
+    """Its saved config has no ``trainer.classifier_stage``: it ran the only stage there was."""
+    from omegaconf import OmegaConf
+
+    from runner.checks import check_targets
+    from runner.resume import resume_target
+
+    recorded = OmegaConf.to_container(compose_config(["+method=crt"]), resolve=True)
+    assert isinstance(recorded, dict)
+    del recorded["trainer"]["classifier_stage"]
+    client = MlflowClient(tracking_uri)
+    old = client.create_run(client.create_experiment("samplerlab"))
+    client.log_text(old.info.run_id, OmegaConf.to_yaml(recorded), "config.yaml")
+    client.set_terminated(old.info.run_id, "KILLED")
+    saved, previous = resume_target(compose_config([f"resume={old.info.run_id}"]), tracking_uri)
+    assert previous is not None and previous.run_id == old.info.run_id
+    assert saved.trainer.classifier_stage == "retrain" and saved.trainer.classifier_epochs == 10
+    check_targets(saved)
