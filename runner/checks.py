@@ -22,6 +22,7 @@ from runner.models.heads import HEADS
 
 SCHEDULES = ("cosine", "step", "constant")
 DEVICES = ("auto", "cpu", "cuda")
+CLASSIFIER_STAGES = ("retrain", "scale", "tau_norm")  # cRT, LWS, tau-normalisation
 
 
 def config_error(key: str, message: str) -> UserError:
@@ -78,7 +79,11 @@ CONSTRAINTS = (
     Constraint("eval.many_shot", int, low=0),
     Constraint("eval.few_shot", int, low=0, high="eval.many_shot"),
 )
-CHOICES = {"trainer.schedule": SCHEDULES, "trainer.device": DEVICES}
+CHOICES = {
+    "trainer.schedule": SCHEDULES,
+    "trainer.device": DEVICES,
+    "trainer.classifier_stage": CLASSIFIER_STAGES,
+}
 
 
 def check_scalar(cfg: DictConfig, rule: Constraint) -> None:
@@ -208,9 +213,44 @@ def check_targets(cfg: DictConfig) -> None:
                 f"{node._target_} takes no num_classes argument, which the runner passes; "
                 "add one to its constructor (docs/your-model.md)",
             )
+    check_classifier_stage(cfg)
     if not str(cfg.tracking.experiment or "").strip():
         raise config_error(
             "tracking.experiment", "is empty; name an MLflow experiment (default: samplerlab)"
+        )
+
+
+def check_classifier_stage(cfg: DictConfig) -> None:
+    """LWS trains for ``trainer.classifier_epochs``; tau-normalisation takes no epochs, rescales a
+    linear head's weights and chooses its tau on a validation split, never on the test set."""
+    trainer = cfg.trainer
+    if trainer.classifier_stage == "scale" and not trainer.classifier_epochs:
+        raise config_error(
+            "trainer.classifier_stage",
+            "scale (LWS) learns its class scales in trainer.classifier_epochs, which is 0; set "
+            "trainer.classifier_epochs=N (+method=lws sets 10)",
+        )
+    if trainer.classifier_stage != "tau_norm":
+        return
+    if trainer.classifier_epochs:
+        raise config_error(
+            "trainer.classifier_stage",
+            f"tau_norm takes no classifier epochs, got trainer.classifier_epochs="
+            f"{trainer.classifier_epochs}; set trainer.classifier_epochs=0, or use scale (LWS) "
+            "or retrain (cRT)",
+        )
+    if cfg.model.get("head", "linear") != "linear":
+        raise config_error(
+            "trainer.classifier_stage",
+            f"tau_norm rescales a linear head's class weights, and model.head={cfg.model.head} "
+            "has unit-norm ones already; use model.head=linear",
+        )
+    if not has_validation_split(cfg):
+        raise config_error(
+            "trainer.classifier_stage",
+            f"tau_norm chooses tau on a validation split, and data.val_per_class="
+            f"{cfg.data.get('val_per_class')}, data.val_fraction={cfg.data.get('val_fraction')} "
+            "give none; set data.val_per_class=N or data.val_fraction=F (never the test set)",
         )
 
 

@@ -54,6 +54,7 @@ class TrainerConfig:
     classifier_epochs: int = MISSING
     classifier_lr: float | None = MISSING
     backbone_lr: float = MISSING
+    classifier_stage: str = MISSING
 
 
 @dataclass
@@ -171,7 +172,11 @@ ADDED_RUNTIME_KEYS = (
 ADDED_DEFAULTS = {"data.val_fraction": 0}  # keys added since, with the value runs had before
 # Keys added to every config since today's fingerprint was first computed, with the behaviour runs
 # had before them: left out of it at that value, so that those runs are still recognised.
-NEUTRAL_DEFAULTS = {"trainer.backbone_lr": 1.0, "model.freeze": False}
+NEUTRAL_DEFAULTS = {
+    "trainer.backbone_lr": 1.0,
+    "trainer.classifier_stage": "retrain",
+    "model.freeze": False,
+}
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:

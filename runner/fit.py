@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from runner.data import Augment, augment_batch
+from runner.decoupled import choose_tau, tau_norm_classifier
 from runner.errors import UserError
 from runner.evaluation import Evaluation, evaluate
 from runner.feeding import Feed
@@ -196,8 +197,10 @@ def fit(
     """Every epoch: train in the sampler's order, measure what was drawn, evaluate, log once
     (steps up to ``logged_through`` were logged before a resume and are not logged again),
     checkpoint to ``path``. Signals are held until a batch ends, then stop the loop. With
-    ``trainer.classifier_epochs`` (cRT) the classifier stage follows ``trainer.epochs``; the
-    evaluation that ends stage one is also logged as ``stage1/*``."""
+    ``trainer.classifier_epochs`` (cRT, LWS) the classifier stage follows ``trainer.epochs``;
+    the evaluation that ends stage one is also logged as ``stage1/*``. With
+    ``trainer.classifier_stage=tau_norm`` the classifier is tau-normalised after the last epoch
+    trains, before it is evaluated (:func:`_tau_normalise`)."""
     trainer, data, state = cfg.trainer, parts.data, parts.state
     names = data.class_names
     feed = (parts.device, data.normalize, data.feeding.num_workers)
@@ -209,6 +212,8 @@ def fit(
     steps = batches_per_epoch(parts.sampler, trainer.batch_size)
     last = total_epochs(trainer)
     tabled = per_class_as_table(cfg, data.num_classes)  # many classes: one table an epoch
+    if trainer.classifier_stage == "tau_norm":
+        tau_norm_classifier(state.model)  # a head it cannot rescale is refused before training
     with stop_on_signals(deferred=True):
         while state.epoch < last:
             if state.epoch >= trainer.epochs and not state.classifier_only:
@@ -251,6 +256,8 @@ def fit(
             metrics["train/loss"] = result.mean_loss
             metrics["train/lr"] = state.optimizer.param_groups[0]["lr"]
             stage_one_ends = state.epoch == trainer.epochs < last
+            if state.epoch == last and trainer.classifier_stage == "tau_norm":
+                metrics.update(_tau_normalise(cfg, parts, val_x))  # before the last evaluation
             if state.epoch % trainer.eval_every == 0 or state.epoch == last or stage_one_ends:
                 evaluation = _evaluate(cfg, parts, test_x, test_y)
                 metrics.update(evaluation.metrics(names, per_class=not tabled))
@@ -298,12 +305,33 @@ def _evaluate(cfg: DictConfig, parts: Parts, x: Feed, y: np.ndarray) -> Evaluati
     )
 
 
+def _tau_normalise(cfg: DictConfig, parts: Parts, val_x: Feed | None) -> dict[str, float]:
+    """Tau-normalise the trained classifier with the tau the validation split chooses
+    (:func:`runner.decoupled.choose_tau`); the metrics that record the choice. Run once, when
+    the last epoch has trained and before it is evaluated, so that the last evaluation, the
+    final metrics, the last checkpoint and the logged model are the tau-normalised classifier's,
+    and a run resumed from that checkpoint does not choose again."""
+    val_y = parts.data.val_y
+    assert val_x is not None and val_y is not None  # refused before training without a split
+    labels = val_y.numpy()
+    choice = choose_tau(
+        tau_norm_classifier(parts.state.model),
+        lambda: _evaluate(cfg, parts, val_x, labels).balanced_accuracy,
+    )
+    log.info(
+        "tau-normalisation: tau %.1f chosen on the validation split (balanced accuracy %.4f)",
+        choice.tau,
+        max(choice.scores),
+    )
+    return choice.metrics()
+
+
 def _divergence_cause(cfg: DictConfig, parts: Parts, classifier_only: bool) -> tuple[str, str]:
     """The setting to blame for a non-finite loss and its fix. Every data source checks that its
     samples are finite, so the inputs are not the cause; LDAM's scale on an unbounded linear
     head is a known one, else the learning rate."""
     trainer = cfg.trainer
-    if classifier_only:  # cRT's stage two: its own lr, by default trainer.lr
+    if classifier_only:  # the classifier stage (cRT, LWS): its own lr, by default trainer.lr
         setting = f"trainer.classifier_lr={trainer.classifier_lr or trainer.lr}"
         return setting, "set a lower trainer.classifier_lr"
     if isinstance(parts.loss_fn, LDAMLoss) and cfg.model.get("head", "linear") != "cosine":

@@ -14,7 +14,7 @@ from typing import Any, cast
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import RUNTIME_KEYS, RunConfig, config_keys
+from runner.config import ADDED_DEFAULTS, NEUTRAL_DEFAULTS, RUNTIME_KEYS, RunConfig, config_keys
 from runner.errors import UserError
 from runner.parts import choices
 from runner.runs import child_runs, find_run
@@ -40,6 +40,12 @@ def resume_target(cfg: DictConfig, uri: str) -> tuple[DictConfig, PreviousRun | 
     )
     for key in RUNTIME_KEYS:
         OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
+    # A schema key added since the run was recorded: the behaviour it had then.
+    for key, before in {**ADDED_DEFAULTS, **NEUTRAL_DEFAULTS}.items():
+        group, _, name = key.rpartition(".")
+        node = OmegaConf.select(saved, group)
+        if isinstance(node, DictConfig) and OmegaConf.is_missing(node, name):
+            node[name] = before
     return saved, previous
 
 

@@ -1,9 +1,10 @@
 """The training state a run carries from batch to batch and from process to process: model,
-optimizer, schedule, sampler and generators (:class:`TrainState`), how it is built, how cRT's
+optimizer, schedule, sampler and generators (:class:`TrainState`), how it is built, how the
 classifier stage changes it, and how it is checkpointed and restored.
 
-A run has one stage, or two with ``trainer.classifier_epochs`` (cRT, Kang et al. 2020): after
-``trainer.epochs`` the classifier is re-initialised and trained alone, everything else frozen."""
+A run has one stage, or two with ``trainer.classifier_epochs`` (cRT and LWS, Kang et al. 2020):
+after ``trainer.epochs`` the classifier is re-initialised and trained alone (cRT), or kept and
+rescaled per class by learnt factors (LWS), everything else frozen."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 
 from runner.config import TrainerConfig
+from runner.decoupled import scale_classifier
 from runner.distributed import DataParallel, is_main
 from runner.errors import UserError
 from samplers import Sampler
@@ -42,7 +44,7 @@ class TrainState:
     sampler: Sampler
     generator: torch.Generator  # batch augmentation
     config: TrainerConfig
-    classifier_only: bool = False  # cRT's stage two: see start_classifier_stage
+    classifier_only: bool = False  # the classifier stage: see start_classifier_stage
     epoch: int = 0
     batch: int = 0
     epoch_losses: torch.Tensor | None = None
@@ -222,26 +224,37 @@ def build_state(
 
 
 def start_classifier_stage(state: TrainState) -> None:
-    """cRT's stage two (Kang et al. 2020, "Decoupling representation and classifier"): the
-    classifier (``model.classifier``) is re-initialised and becomes the only trainable part;
-    every other weight is frozen and the model runs in eval mode, so BatchNorm statistics stay
-    those of stage one too. A fresh SGD (same momentum and weight decay) starts at
-    ``classifier_lr`` (default ``lr``) and follows a cosine to zero over ``classifier_epochs``.
-    The sampler decides what stage two draws (cRT: class-balanced, ``sampler=deferred`` with
-    ``switch_epoch=${trainer.epochs}``). The classifier's re-initialisation is its layer's own
-    ``reset_parameters`` (torch's default for a linear layer)."""
+    """The classifier stage of a decoupled recipe (Kang et al. 2020, "Decoupling representation
+    and classifier"): every weight is frozen and the model runs in eval mode, so BatchNorm
+    statistics stay those of stage one too; then, by ``trainer.classifier_stage``,
+
+    - ``retrain`` (cRT): the classifier (``model.classifier``) is re-initialised by its layer's
+      own ``reset_parameters`` (torch's default for a linear layer) and trains alone;
+    - ``scale`` (LWS): the classifier keeps its weights, frozen, and is wrapped so that its
+      logits are scaled per class by learnable factors, initially 1, the only parameters that
+      train (:func:`runner.decoupled.scale_classifier`).
+
+    A fresh SGD (same momentum and weight decay) starts at ``classifier_lr`` (default ``lr``)
+    and follows a cosine to zero over ``classifier_epochs``. The sampler decides what the stage
+    draws (cRT and LWS: class-balanced, ``sampler=deferred`` with
+    ``switch_epoch=${trainer.epochs}``)."""
     cfg, model = state.config, state.model
     classifier = model.classifier
-    assert isinstance(classifier, torch.nn.Module), "cRT needs model.classifier, a module"
+    assert isinstance(classifier, torch.nn.Module), "a classifier stage needs model.classifier"
     model.requires_grad_(False)
-    for layer in classifier.modules():
-        reset = getattr(layer, "reset_parameters", None)
-        if callable(reset):
-            reset()
-    classifier.requires_grad_(True)
+    trained: list[torch.nn.Parameter]
+    if cfg.classifier_stage == "scale":
+        trained = [scale_classifier(model, state.sampler.num_classes)]
+    else:
+        for layer in classifier.modules():
+            reset = getattr(layer, "reset_parameters", None)
+            if callable(reset):
+                reset()
+        classifier.requires_grad_(True)
+        trained = list(classifier.parameters())
     if state.parallel is not None:  # DDP reduces the gradients of what trained when it was built
         state.parallel = DataParallel(model, state.parallel.device)
-    state.optimizer = _sgd(classifier.parameters(), cfg, cfg.classifier_lr or cfg.lr)
+    state.optimizer = _sgd(trained, cfg, cfg.classifier_lr or cfg.lr)
     steps = max(1, cfg.classifier_epochs * batches_per_epoch(state.sampler, cfg.batch_size))
     state.scheduler = torch.optim.lr_scheduler.LambdaLR(
         state.optimizer, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / steps))

@@ -10,6 +10,10 @@ from experiments.published import PUBLISHED
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
+# Kang et al.'s LWS and tau-normalisation are not rows of the published CIFAR-LT table, and tau_norm
+# needs a validation split the CIFAR studies do not take: they are raced on digits instead.
+OUTSIDE_THE_STUDIES = {"lws", "tau_norm"}
+
 
 @pytest.mark.parametrize(
     "study", ["synthetic", "digits", "cifar10_lt", "cifar10_lt_paper", "cifar100_lt_paper"]
@@ -27,7 +31,8 @@ def test_every_study_is_a_hydra_experiment_config(study):
     axes = cfg.hydra.sweeper.params
     if study.startswith("cifar"):  # the published table's rows and ours, as conf/method recipes
         methods = set(axes.method.split(","))
-        assert methods == {p.stem for p in (ROOT / "conf" / "method").glob("*.yaml")}
+        recipes = {p.stem for p in (ROOT / "conf" / "method").glob("*.yaml")}
+        assert methods == recipes - OUTSIDE_THE_STUDIES
         assert cfg.tracking.reference in PUBLISHED
         assert methods >= set(PUBLISHED[cfg.tracking.reference].errors)
     else:

@@ -1,0 +1,243 @@
+"""LWS and tau-normalisation (Kang et al. 2020): the decoupled classifiers beside cRT."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from sklearn.metrics import accuracy_score, balanced_accuracy_score
+
+from runner.config import trainer_config
+from runner.data import LongTailData
+from runner.decoupled import ScaledClassifier, tau_norm_classifier
+from runner.errors import UserError
+from runner.feeding import Feed
+from runner.fit import train_epoch
+from runner.losses import ClassWeightedLoss
+from runner.models import SmallCNN
+from runner.state import build_state, start_classifier_stage
+from samplers import DeferredSampler
+from tests.conftest import compose_config
+
+X = torch.randn(96, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+Y = torch.tensor([0] * 60 + [1] * 24 + [2] * 12)  # long-tailed: 60 / 24 / 12
+DIGITS = [
+    "data=digits_lt",
+    "data.val_per_class=20",
+    "trainer.epochs=3",
+    "trainer.progress=false",
+    "trainer.threads=1",
+    "tracking.plots=false",
+    "tracking.log_model=false",
+]
+
+
+def _lws_state(head: str):
+    torch.manual_seed(0)
+    cfg = trainer_config(
+        epochs=1, batch_size=16, warmup_epochs=0, classifier_epochs=2, classifier_stage="scale"
+    )
+    sampler = DeferredSampler(Y, switch_epoch=1, seed=4)
+    state = build_state(SmallCNN((3, 8, 8), 3, width=8, head=head), sampler, cfg, seed=0)
+    return state, ClassWeightedLoss(torch.bincount(Y), None, epochs=1, weights=None)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("head", ["linear", "cosine"])
+def test_lws_trains_the_class_scales_alone(head):
+    state, loss_fn = _lws_state(head)
+    train_epoch(state, X, Y, loss_fn, 16, augment=None)  # stage one: everything trains
+    model, trained = state.model, state.model.classifier
+    before = {id(t): t.detach().clone() for t in [*model.parameters(), *model.buffers()]}
+    start_classifier_stage(state)
+    scaled = model.classifier
+    assert isinstance(scaled, ScaledClassifier) and scaled.classifier is trained  # kept, wrapped
+    optimised = [p for group in state.optimizer.param_groups for p in group["params"]]
+    assert [id(p) for p in optimised] == [id(scaled.scales)]
+    for _ in range(2):
+        result = train_epoch(state, X, Y, loss_fn, 16, augment=None)
+    # Every weight and BatchNorm statistic, the classifier's own included, is stage one's ...
+    after = [*model.parameters(), *model.buffers()]
+    unchanged = [t for t in after if id(t) in before]
+    assert len(unchanged) == len(before) == len(after) - 1
+    assert all(torch.equal(t, before[id(t)]) for t in unchanged)
+    # ... the scales moved from 1, the logits are the kept classifier's scaled per class ...
+    assert not torch.allclose(scaled.scales, torch.ones(3))
+    with torch.no_grad():
+        features = torch.randn(5, trained.weight.shape[1 if head == "linear" else 0])
+        assert torch.allclose(scaled(features), trained(features) * scaled.scales)
+    # ... drawn class-balanced, as in cRT's stage two.
+    drawn = torch.bincount(Y[result.delivered], minlength=3).double() / result.delivered.numel()
+    assert drawn.min() > 0.2  # instance-balanced would give the last class 12/96 = 0.125
+
+
+@pytest.mark.unit
+def test_an_lws_checkpoint_resumes_into_the_scaled_classifier():
+    state, loss_fn = _lws_state("linear")
+    train_epoch(state, X, Y, loss_fn, 16, augment=None)
+    start_classifier_stage(state)
+    train_epoch(state, X, Y, loss_fn, 16, augment=None)
+    checkpoint = copy.deepcopy(state.state_dict())
+    expected = train_epoch(state, X, Y, loss_fn, 16, augment=None)
+
+    restored, restored_loss = _lws_state("linear")  # a new process: the plain classifier
+    restored.load_state_dict(checkpoint)
+    assert isinstance(restored.model.classifier, ScaledClassifier)
+    again = train_epoch(restored, X, Y, restored_loss, 16, augment=None)
+    assert torch.equal(again.losses, expected.losses)
+    assert torch.equal(restored.model.classifier.scales, state.model.classifier.scales)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "overrides,named",
+    [
+        (["+method=tau_norm", "data=digits_lt"], "data.val_per_class=0, data.val_fraction=0.0"),
+        (["+method=tau_norm", *DIGITS, "model.head=cosine"], "model.head=linear"),
+        (
+            ["+method=tau_norm", *DIGITS, "trainer.classifier_epochs=2"],
+            "trainer.classifier_epochs=0",
+        ),
+        (["+method=lws", *DIGITS, "trainer.classifier_epochs=0"], "trainer.classifier_epochs=N"),
+        (["trainer.classifier_stage=rescale"], "'rescale' is unknown"),
+    ],
+)
+def test_a_decoupled_stage_that_cannot_run_is_refused_before_training(
+    overrides, named, tracking_uri
+):
+    from runner.app import run
+
+    with pytest.raises(UserError) as refused:
+        run(compose_config([*overrides, f"tracking.uri={tracking_uri}"]))
+    message = str(refused.value)
+    assert message.startswith("config error at 'trainer.classifier_stage'") and named in message
+    assert len(message.splitlines()) == 1
+    client = MlflowClient(tracking_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    assert client.search_runs(experiments) == []  # no run was started, nothing trained
+
+
+@pytest.mark.unit
+def test_tau_norm_refuses_a_model_without_a_linear_classifier():
+    """What the config cannot tell (a model of the user's), the loop refuses before training."""
+    with pytest.raises(UserError, match="is CosineClassifier\nuse model.head=linear"):
+        tau_norm_classifier(SmallCNN((3, 8, 8), 3, width=8, head="cosine"))
+    with pytest.raises(UserError, match="is NoneType"):
+        tau_norm_classifier(torch.nn.Sequential(torch.nn.Linear(4, 3)))
+
+
+def _run(overrides: list[str], uri: str):
+    """One real run in this process; its MLflow run and the trainer state it checkpointed."""
+    from runner.app import run
+
+    run(compose_config([*overrides, *DIGITS, f"tracking.uri={uri}"]))
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("samplerlab").experiment_id
+    found = client.search_runs([experiment], order_by=["attributes.start_time DESC"])[0]
+    assert found.info.status == "FINISHED"
+    checkpoint = torch.load(found.data.tags["checkpoint"], weights_only=True)
+    return found, checkpoint
+
+
+def _features(model: torch.nn.Module, data: LongTailData, x: torch.Tensor) -> torch.Tensor:
+    """What ``model`` hands its classifier for the stored samples ``x``."""
+    seen: dict[str, torch.Tensor] = {}
+    hook = model.classifier.register_forward_hook(lambda _, inputs, out: seen.update(x=inputs[0]))
+    (inputs,) = Feed(x, torch.device("cpu"), data.normalize).batches(torch.arange(len(x)), len(x))
+    with torch.no_grad():
+        model.eval()(inputs)
+    hook.remove()
+    return seen["x"]
+
+
+@pytest.mark.slow  # two runs of three digits epochs, in this process
+def test_tau_norm_chooses_tau_on_validation_and_reports_the_rescaled_classifier(tracking_uri):
+    from runner.parts import build_parts
+
+    # The same training without tau-normalisation: the trained classifier, to rescale here.
+    _, plain = _run(["+method=ce"], tracking_uri)
+    tau_run, tau_checkpoint = _run(["+method=tau_norm"], tracking_uri)
+    parts = build_parts(compose_config(["+method=ce", *DIGITS]))
+    model, data = parts.state.model, parts.data
+    model.load_state_dict(plain["train"]["model"])
+    weight = model.classifier.weight.detach().clone()
+    val, test = _features(model, data, data.val_x), _features(model, data, data.test_x)
+
+    def predictions(features: torch.Tensor, tau: float) -> np.ndarray:
+        rescaled = weight / weight.norm(dim=1, keepdim=True) ** tau
+        return (features @ rescaled.T).argmax(1).numpy()  # no bias, as in the reference
+
+    grid = [step / 10 for step in range(11)]
+    curve = [balanced_accuracy_score(data.val_y.numpy(), predictions(val, tau)) for tau in grid]
+    assert len(set(curve)) > 1  # the grid's choice is not a tie everywhere
+    tau = grid[int(np.argmax(curve))]
+    metrics = tau_run.data.metrics
+    assert metrics["decoupled/tau"] == pytest.approx(tau)
+    logged = [metrics[f"decoupled/val_balanced_accuracy/tau_{t:.2f}"] for t in grid]
+    assert logged == pytest.approx(curve)
+    chosen = predictions(test, tau)
+    assert metrics["final/balanced_accuracy"] == pytest.approx(
+        balanced_accuracy_score(data.test_y.numpy(), chosen)
+    )
+    assert metrics["final/accuracy"] == pytest.approx(accuracy_score(data.test_y.numpy(), chosen))
+    assert metrics["val/balanced_accuracy"] == pytest.approx(max(curve))  # what a race judges
+
+    # The last checkpoint holds the tau-normalised classifier; resumed from it, the run has
+    # nothing left to train and does not normalise again.
+    model.load_state_dict(tau_checkpoint["train"]["model"])
+    expected = weight / weight.norm(dim=1, keepdim=True) ** tau
+    assert torch.allclose(model.classifier.weight, expected, atol=1e-6)
+    assert not model.classifier.bias.any()
+    _resume_after_training(
+        tau_run.info.run_id, tau_checkpoint, Path(tau_run.data.tags["checkpoint"])
+    )
+
+
+def _resume_after_training(run_id: str, checkpoint: dict, path: Path) -> None:
+    from runner.fit import fit
+    from runner.parts import Progress, build_parts
+    from runner.tracking import Bystander
+
+    cfg = compose_config(["+method=tau_norm", *DIGITS])
+    parts = build_parts(cfg)
+    parts.state.load_state_dict(checkpoint["train"])
+    progress = Progress.from_state(checkpoint["progress"])
+    fit(cfg, parts, Bystander(run_id, "tau_norm"), progress, path, logged_through=3)
+    saved = checkpoint["train"]["model"]
+    assert all(torch.equal(v, saved[k]) for k, v in parts.state.model.state_dict().items())
+
+
+@pytest.mark.slow  # a run of three digits epochs and two classifier epochs, in this process
+def test_lws_runs_on_digits_with_a_validation_split(tracking_uri):
+    found, checkpoint = _run(["+method=lws", "trainer.classifier_epochs=2"], tracking_uri)
+    client = MlflowClient(tracking_uri)
+    steps = lambda key: [m.step for m in client.get_metric_history(found.info.run_id, key)]  # noqa: E731
+    assert found.data.params["trainer.classifier_stage"] == "scale"
+    assert steps("train/loss") == [1, 2, 3, 4, 5] and steps("val/balanced_accuracy")[-1] == 5
+    scales = [v for k, v in checkpoint["train"]["model"].items() if k.endswith("scales")]
+    assert len(scales) == 1 and not torch.allclose(scales[0], torch.ones(10))
+
+
+@pytest.mark.unit
+def test_a_run_recorded_before_the_classifier_stage_existed_resumes_as_retrain(tracking_uri):
+    """Its saved config has no ``trainer.classifier_stage``: it ran the only stage there was."""
+    from omegaconf import OmegaConf
+
+    from runner.checks import check_targets
+    from runner.resume import resume_target
+
+    recorded = OmegaConf.to_container(compose_config(["+method=crt"]), resolve=True)
+    assert isinstance(recorded, dict)
+    del recorded["trainer"]["classifier_stage"]
+    client = MlflowClient(tracking_uri)
+    old = client.create_run(client.create_experiment("samplerlab"))
+    client.log_text(old.info.run_id, OmegaConf.to_yaml(recorded), "config.yaml")
+    client.set_terminated(old.info.run_id, "KILLED")
+    saved, previous = resume_target(compose_config([f"resume={old.info.run_id}"]), tracking_uri)
+    assert previous is not None and previous.run_id == old.info.run_id
+    assert saved.trainer.classifier_stage == "retrain" and saved.trainer.classifier_epochs == 10
+    check_targets(saved)
