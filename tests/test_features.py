@@ -256,7 +256,7 @@ def test_with_augmentation_the_frozen_backbone_runs_every_batch_and_stays_unchan
         "tracking.plots=false",
         f"tracking.uri={tracking_uri}",
     )
-    before, logged, _ = trained_run(cfg, tracking_uri)
+    before, logged, _, _ = trained_run(cfg, tracking_uri)
     line = (
         "features: not cached: augmentation is on (trainer.augment=true), so the frozen backbone "
         "computes them for every batch; trainer.augment=false computes them once"
