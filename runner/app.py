@@ -115,9 +115,9 @@ def _train_recorded(
             )
         how = environment(parts.device, parts.state.world_size, backend())
         recorder.set_tags({"checkpoint": str(path), **how})  # a resumed run: how it ran last
-        with system_metrics(cfg, recorder, resumed):
-            fit(cfg, parts, recorder, progress, path, logged_through)
-            results = record_results(cfg, parts, progress, recorder, path)
+        with system_metrics(parts.tracking, recorder, resumed):
+            fit(parts, recorder, progress, path, logged_through)
+            results = record_results(parts, progress, recorder, path)
     except Interrupted as stop:
         if stop.safe:
             save_checkpoint(path, checkpoint_payload(parts, progress))
@@ -145,7 +145,7 @@ def _train_recorded(
         recorder.finish("FAILED")
         raise
     recorder.finish("FINISHED")
-    print(summary_text(cfg, parts, progress, recorder, time.perf_counter() - started), flush=True)
+    print(summary_text(parts, progress, recorder, time.perf_counter() - started), flush=True)
     return results
 
 

@@ -10,7 +10,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -27,6 +27,7 @@ HEADLINE = (
 OBJECTIVE_SPLITS = ("val", "test", "final")  # final/: the test set's last evaluation
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 CONF = Path(__file__).resolve().parents[1] / "conf"
+T = TypeVar("T")
 
 # The schema gives every key its type; the values, defaults included, live in conf/ alone
 # (conf/trainer/default.yaml, conf/config.yaml, conf/tracking/local.yaml): one source each.
@@ -96,6 +97,16 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
+
+
+def typed(node: Any, schema: type[T]) -> T:
+    """A composed config node as the dataclass its schema types it by (``trainer``, ``eval``,
+    ``tracking``): built once where a run starts, so that the loop, the evaluation and the
+    recording read checked attributes, never the config itself."""
+    value = OmegaConf.to_object(node) if isinstance(node, DictConfig) else node
+    if not isinstance(value, schema):
+        raise TypeError(f"expected a {schema.__name__} node, got {type(value).__name__}")
+    return value
 
 
 def trainer_config(**overrides: Any) -> TrainerConfig:

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 from tqdm import tqdm
 
 from runner.data import Augment, augment_batch
@@ -187,7 +186,6 @@ def sampling_metrics(
 
 
 def fit(
-    cfg: DictConfig,
     parts: Parts,
     recorder: Recorder,
     progress: Progress,
@@ -201,7 +199,7 @@ def fit(
     the evaluation that ends stage one is also logged as ``stage1/*``. With
     ``trainer.classifier_stage=tau_norm`` the classifier is tau-normalised after the last epoch
     trains, before it is evaluated (:func:`_tau_normalise`)."""
-    trainer, data, state = cfg.trainer, parts.data, parts.state
+    trainer, data, state = parts.trainer, parts.data, parts.state
     names = data.class_names
     feed = (parts.device, data.normalize, data.feeding.num_workers)
     train_x, train_y = Feed(data.train_x, *feed), data.train_y.to(parts.device)
@@ -211,7 +209,9 @@ def fit(
     show = trainer.progress and sys.stderr.isatty()
     steps = batches_per_epoch(parts.sampler, trainer.batch_size)
     last = total_epochs(trainer)
-    tabled = per_class_as_table(cfg, data.num_classes)  # many classes: one table an epoch
+    tabled = per_class_as_table(
+        parts.tracking, data.num_classes
+    )  # many classes: one table an epoch
     if trainer.classifier_stage == "tau_norm":
         tau_norm_classifier(state.model)  # a head it cannot rescale is refused before training
     with stop_on_signals(deferred=True):
@@ -241,7 +241,7 @@ def fit(
             except Diverged as diverged:
                 if epoch > logged_through and not np.isnan(diverged.mean_loss_before):
                     recorder.log_metrics({"train/loss": diverged.mean_loss_before}, step=epoch)
-                setting, fix = _divergence_cause(cfg, parts, state.classifier_only)
+                setting, fix = _divergence_cause(parts, state.classifier_only)
                 raise UserError(
                     f"{setting}: the training loss became non-finite at epoch {epoch}, batch "
                     f"{diverged.batch + 1}\n{fix}"
@@ -257,9 +257,9 @@ def fit(
             metrics["train/lr"] = state.optimizer.param_groups[0]["lr"]
             stage_one_ends = state.epoch == trainer.epochs < last
             if state.epoch == last and trainer.classifier_stage == "tau_norm":
-                metrics.update(_tau_normalise(cfg, parts, val_x))  # before the last evaluation
+                metrics.update(_tau_normalise(parts, val_x))  # before the last evaluation
             if state.epoch % trainer.eval_every == 0 or state.epoch == last or stage_one_ends:
-                evaluation = _evaluate(cfg, parts, test_x, test_y)
+                evaluation = _evaluate(parts, test_x, test_y)
                 metrics.update(evaluation.metrics(names, per_class=not tabled))
                 columns.update(evaluation.class_columns("test"))
                 if stage_one_ends:
@@ -267,7 +267,7 @@ def fit(
                 progress.latest = evaluation
                 score = evaluation.balanced_accuracy
                 if val_x is not None and data.val_y is not None:  # the honest best epoch
-                    validation = _evaluate(cfg, parts, val_x, data.val_y.numpy())
+                    validation = _evaluate(parts, val_x, data.val_y.numpy())
                     metrics.update(validation.metrics(names, "val", per_class=not tabled))
                     columns.update(validation.class_columns("val"))
                     progress.latest_val = validation
@@ -296,16 +296,14 @@ def fit(
             raise_if_stopped()
 
 
-def _evaluate(cfg: DictConfig, parts: Parts, x: Feed, y: np.ndarray) -> Evaluation:
+def _evaluate(parts: Parts, x: Feed, y: np.ndarray) -> Evaluation:
     with autocast(parts.device):
-        predictions = x.predict(parts.state.model, cfg.trainer.eval_batch_size)
-    counts = parts.data.train_counts.numpy()
-    return evaluate(
-        y, predictions, counts, parts.data.class_names, cfg.eval.many_shot, cfg.eval.few_shot
-    )
+        predictions = x.predict(parts.state.model, parts.trainer.eval_batch_size)
+    counts, shots = parts.data.train_counts.numpy(), parts.evaluation
+    return evaluate(y, predictions, counts, parts.data.class_names, shots.many_shot, shots.few_shot)
 
 
-def _tau_normalise(cfg: DictConfig, parts: Parts, val_x: Feed | None) -> dict[str, float]:
+def _tau_normalise(parts: Parts, val_x: Feed | None) -> dict[str, float]:
     """Tau-normalise the trained classifier with the tau the validation split chooses
     (:func:`runner.decoupled.choose_tau`); the metrics that record the choice. Run once, when
     the last epoch has trained and before it is evaluated, so that the last evaluation, the
@@ -316,7 +314,7 @@ def _tau_normalise(cfg: DictConfig, parts: Parts, val_x: Feed | None) -> dict[st
     labels = val_y.numpy()
     choice = choose_tau(
         tau_norm_classifier(parts.state.model),
-        lambda: _evaluate(cfg, parts, val_x, labels).balanced_accuracy,
+        lambda: _evaluate(parts, val_x, labels).balanced_accuracy,
     )
     log.info(
         "tau-normalisation: tau %.1f chosen on the validation split (balanced accuracy %.4f)",
@@ -326,17 +324,17 @@ def _tau_normalise(cfg: DictConfig, parts: Parts, val_x: Feed | None) -> dict[st
     return choice.metrics()
 
 
-def _divergence_cause(cfg: DictConfig, parts: Parts, classifier_only: bool) -> tuple[str, str]:
+def _divergence_cause(parts: Parts, classifier_only: bool) -> tuple[str, str]:
     """The setting to blame for a non-finite loss and its fix. Every data source checks that its
     samples are finite, so the inputs are not the cause; LDAM's scale on an unbounded linear
     head is a known one, else the learning rate."""
-    trainer = cfg.trainer
+    trainer = parts.trainer
     if classifier_only:  # the classifier stage (cRT, LWS): its own lr, by default trainer.lr
         setting = f"trainer.classifier_lr={trainer.classifier_lr or trainer.lr}"
         return setting, "set a lower trainer.classifier_lr"
-    if isinstance(parts.loss_fn, LDAMLoss) and cfg.model.get("head", "linear") != "cosine":
+    if isinstance(parts.loss_fn, LDAMLoss) and parts.head != "cosine":
         return (
-            f"loss=ldam (loss.scale={parts.loss_fn.scale}) on model.head={cfg.model.get('head')}",
+            f"loss=ldam (loss.scale={parts.loss_fn.scale}) on model.head={parts.head}",
             "use model.head=cosine, the head LDAM's scale is meant for (+method=ldam_drw sets "
             "both), or trainer.lr=0.01, or loss.scale=1",
         )

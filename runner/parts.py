@@ -19,7 +19,14 @@ from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from runner.checks import accepted_parameters, check_targets
-from runner.config import MODEL_RUNNER_KEYS, SUPPLIED
+from runner.config import (
+    MODEL_RUNNER_KEYS,
+    SUPPLIED,
+    EvalConfig,
+    TrackingConfig,
+    TrainerConfig,
+    typed,
+)
 from runner.data import LongTailData
 from runner.distributed import check_batch_size, data_parallel
 from runner.errors import UserError
@@ -43,6 +50,11 @@ class Parts:
     loss_fn: ClassWeightedLoss
     state: TrainState
     device: torch.device
+    # The typed parts of the config the loop, the evaluation and the recording read.
+    trainer: TrainerConfig
+    evaluation: EvalConfig
+    tracking: TrackingConfig
+    head: str  # model.head, as the model was built (linear | cosine)
     frozen: FrozenInputs | None = None  # model.freeze on cached features: the backbone, the images
 
     @property
@@ -142,9 +154,10 @@ def build_model(node: DictConfig, in_shape: tuple[int, ...], num_classes: int) -
 
 
 def build_parts(cfg: DictConfig) -> Parts:
-    """Validate the config and build every object, so that a bad value fails here."""
+    """Validate the config and build every object, so that a bad value fails here; the loop
+    gets typed parts (:attr:`Parts.trainer` and the others), not the config."""
     check_targets(cfg)
-    trainer = cfg.trainer
+    trainer = typed(cfg.trainer, TrainerConfig)
     check_batch_size(trainer.batch_size)
     device = _device(trainer.device)
     if trainer.threads:
@@ -169,7 +182,18 @@ def build_parts(cfg: DictConfig) -> Parts:
     )
     state = build_state(model.to(device), sampler, trainer, cfg.seed)
     state.parallel = data_parallel(state.model, device)  # under torchrun
-    return Parts(data, sampler, loss_fn.to(device), state, device, frozen)
+    return Parts(
+        data,
+        sampler,
+        loss_fn.to(device),
+        state,
+        device,
+        trainer,
+        typed(cfg.eval, EvalConfig),
+        typed(cfg.tracking, TrackingConfig),
+        str(cfg.model.get("head", "linear")),
+        frozen,
+    )
 
 
 def active_sweeper() -> str | None:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from runner.config import RUNTIME_KEYS, resolved
+from runner.config import RUNTIME_KEYS, TrackingConfig, resolved
 from runner.data import LongTailData, Samples
 
 HASH_ROWS = 4096  # samples hashed at a time: a memory-mapped file is read in pieces
@@ -64,11 +64,11 @@ def mlflow_pytorch() -> Any:
 
 
 @contextmanager
-def system_metrics(cfg: DictConfig, recorder: Any, resumed: bool) -> Iterator[None]:
+def system_metrics(tracking: TrackingConfig, recorder: Any, resumed: bool) -> Iterator[None]:
     """MLflow's own system metrics (CPU, memory, GPU; ``system/*``) while the block runs, with
     ``tracking.system_metrics``, on the process that records; otherwise nothing."""
     run_id, uri = getattr(recorder, "run_id", None), getattr(recorder, "uri", None)
-    if not cfg.tracking.system_metrics or uri is None:
+    if not tracking.system_metrics or uri is None:
         yield
         return
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
@@ -143,10 +143,10 @@ def dataset_inputs(cfg: DictConfig, data: LongTailData) -> list[Any]:
     return inputs
 
 
-def per_class_as_table(cfg: DictConfig, num_classes: int) -> bool:
+def per_class_as_table(tracking: TrackingConfig, num_classes: int) -> bool:
     """Whether per-class values go into tables: above ``tracking.per_class_max`` classes a
     metric key per class and value would be thousands of columns in MLflow's UI."""
-    return num_classes > cfg.tracking.per_class_max
+    return num_classes > tracking.per_class_max
 
 
 def class_table(class_names: Sequence[str], columns: dict[str, Any]) -> dict[str, list[Any]]:

@@ -51,14 +51,14 @@ def _figures(parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
 
 
 def record_results(
-    cfg: DictConfig, parts: Parts, progress: Progress, recorder: Recorder, checkpoint_path: Path
+    parts: Parts, progress: Progress, recorder: Recorder, checkpoint_path: Path
 ) -> dict[str, float]:
     """Final metrics, reports, figures and the last checkpoint. Best-epoch numbers are chosen
     on the test set, so they are optimistic: reported in a labelled text file, not as metrics."""
     names = parts.data.class_names
     final, best = progress.latest, progress.best
     assert final is not None and best is not None  # the last epoch always evaluates
-    tabled = per_class_as_table(cfg, len(names))
+    tabled = per_class_as_table(parts.tracking, len(names))
     summary = final.metrics(names, "final", per_class=not tabled)
     columns = {
         "data/train_count": parts.data.train_counts.numpy(),
@@ -73,25 +73,25 @@ def record_results(
         summary.update(best.metrics(names, "best", per_class=not tabled))
         summary["best/epoch"] = progress.best_epoch
         columns.update(best.class_columns("best"))
-    last = total_epochs(cfg.trainer)
+    last, tracking = total_epochs(parts.trainer), parts.tracking
     if recorder.last_step("final/balanced_accuracy") != last:
         # Once, also when the run is resumed after its end was cut short.
         if tabled:
             recorder.log_table("per_class/final.json", class_table(names, columns))
         recorder.log_metrics(summary, step=last)
-        if cfg.tracking.log_model and is_main():  # its metrics: the final step's, just logged
-            recorder.log_model(*_predictor(parts), names, cfg.tracking.register, last)
+        if tracking.log_model and is_main():  # its metrics: the final step's, just logged
+            recorder.log_model(*_predictor(parts), names, tracking.register, last)
     results = {**summary, **final.headline("test")}
     if progress.latest_val is not None:
         results.update(progress.latest_val.headline("val"))
     files: dict[str, Any] = {
         "classification_report.txt": final.report,
         "best_classification_report.txt": f"best epoch {progress.best_epoch} of "
-        f"{total_epochs(cfg.trainer)}, selected on {chosen_on}\n\n{best.report}",
+        f"{last}, selected on {chosen_on}\n\n{best.report}",
     }
     if checkpoint_path.is_file():
         files["checkpoint/checkpoint.pt"] = checkpoint_path
-    if cfg.tracking.plots and is_main():  # other ranks log nothing
+    if tracking.plots and is_main():  # other ranks log nothing
         files.update(_figures(parts, progress, recorder.run_name))
     recorder.log_artifacts(files)
     for figure in files.values():
@@ -123,9 +123,7 @@ def objective(cfg: DictConfig, results: dict[str, float]) -> float:
     return float(results.get(cfg.objective, float("nan")))
 
 
-def summary_text(
-    cfg: DictConfig, parts: Parts, progress: Progress, recorder: Recorder, seconds: float
-) -> str:
+def summary_text(parts: Parts, progress: Progress, recorder: Recorder, seconds: float) -> str:
     """What the console says when a run ends: its final and best-epoch metrics, and where."""
     final, best = progress.latest, progress.best
     assert final is not None and best is not None
@@ -135,7 +133,7 @@ def summary_text(
         else "selected on the test set: optimistic"
     )
     return (
-        f"\nsamplerlab: {recorder.run_name}, {total_epochs(cfg.trainer)} epochs, "
+        f"\nsamplerlab: {recorder.run_name}, {total_epochs(parts.trainer)} epochs, "
         f"{seconds:.1f} s on {parts.device.type}\n"
         f"  final            {final.one_line()}\n"
         f"  best (epoch {progress.best_epoch:>3})  {best.one_line()}   [{chosen}]\n"

@@ -21,7 +21,7 @@ from mlflow.entities import Metric, Param, Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import config_key, resolved
+from runner.config import TrackingConfig, config_key, resolved, typed
 from runner.errors import UserError
 from runner.runs import context_tags, experiment_id, find_run
 from runner.signals import held
@@ -358,7 +358,7 @@ def start_run(
     tags = dict(names)
     if cfg.tracking.reference:
         tags["reference"] = cfg.tracking.reference
-    tabled = per_class_as_table(cfg, data.num_classes)
+    tabled = per_class_as_table(typed(cfg.tracking, TrackingConfig), data.num_classes)
     tags.update(
         imbalance_factor=str(data.imbalance_factor),
         overrides=" ".join(overrides) or "(none)",

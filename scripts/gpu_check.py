@@ -64,12 +64,12 @@ def check_case(name: str, overrides: list[str], epochs: int) -> tuple[bool, dict
         tracker = Tracker.start(uri, "gpu-check", name, params={}, tags={})
         progress, checkpoint = Progress(), Path(tmp) / "checkpoint.pt"
         started = time.perf_counter()
-        fit(cfg, parts, tracker, progress, checkpoint)
+        fit(parts, tracker, progress, checkpoint)
         if parts.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = (time.perf_counter() - started) / epochs
         hook.remove()
-        summary = record_results(cfg, parts, progress, tracker, checkpoint)
+        summary = record_results(parts, progress, tracker, checkpoint)
         tracker.finish("FINISHED")
         feed = Feed(parts.data.train_x, parts.device)
         ok = _check(

@@ -206,7 +206,7 @@ def _resume_after_training(run_id: str, checkpoint: dict, path: Path) -> None:
     parts = build_parts(cfg)
     parts.state.load_state_dict(checkpoint["train"])
     progress = Progress.from_state(checkpoint["progress"])
-    fit(cfg, parts, Bystander(run_id, "tau_norm"), progress, path, logged_through=3)
+    fit(parts, Bystander(run_id, "tau_norm"), progress, path, logged_through=3)
     saved = checkpoint["train"]["model"]
     assert all(torch.equal(v, saved[k]) for k, v in parts.state.model.state_dict().items())
 
