@@ -69,7 +69,7 @@ def train_epoch(
     state: TrainState,
     train_x: torch.Tensor | Feed,
     train_y: torch.Tensor,
-    loss_fn: Callable,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
     batch_size: int,
     augment: Augment | None,
     on_batch: Callable[[torch.Tensor], None] | None = None,

@@ -271,6 +271,6 @@ def batches_per_epoch(sampler: Sampler, batch_size: int) -> int:
     return math.ceil(len(sampler) / (batch_size // sampler.world_size))
 
 
-def autocast(device: torch.device) -> AbstractContextManager:
+def autocast(device: torch.device) -> AbstractContextManager[Any]:
     """Mixed precision (bfloat16) on CUDA; full precision on the CPU."""
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()

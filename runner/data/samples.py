@@ -26,7 +26,7 @@ class SampleError(ValueError):
     """A sample cannot be read or does not match the others; the message names the fix."""
 
 
-class Samples(Dataset):
+class Samples(Dataset[Any]):
     """Rows ``indices`` of ``base``: a tensor (rows are samples; it may be memory-mapped), or a
     map-style dataset whose items ``read`` turns into tensors. ``samples[i]`` is one sample,
     ``samples[array]`` another :class:`Samples` over those rows, and ``__getitems__`` (which a

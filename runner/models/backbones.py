@@ -87,6 +87,7 @@ def timm_backbone(
     safetensors file, loaded strictly; its classifier tensors, if any, are left out), then a
     ``head`` classifier for ``num_classes``."""
     import timm
+    from timm.data.config import resolve_model_data_config
 
     shape = _image_shape(in_shape, "timm")
     _known_name(name, timm.list_models(), "timm")
@@ -102,7 +103,7 @@ def timm_backbone(
     if weights is not None:
         pretrained_cfg: dict[str, Any] = getattr(backbone, "pretrained_cfg", {})
         load_weights(backbone, weights, skip=pretrained_cfg.get("classifier"))
-    config = timm.data.resolve_model_data_config(backbone)
+    config = resolve_model_data_config(backbone)
     size = _size(image_size, config["input_size"][1:] if with_weights else None)
     stats: dict[str, Any] = {"mean": config["mean"], "std": config["std"]} if with_weights else {}
     adapter = InputAdapter(channels, size, **stats)
