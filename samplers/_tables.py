@@ -70,20 +70,22 @@ class GuideTable:
         k = weights.numel()
         buckets = max(k, 1 << 12)  # few classes: more buckets, so that no steps are needed
         self.ends = torch.cumsum(weights.double(), 0)
-        self.ends *= buckets / float(self.ends[-1])
-        self.total = float(self.ends[-1])
+        scale = buckets / float(self.ends[-1])
         self.last = k - 1
         # Steps every draw takes: with many buckets per item a draw almost never has to step.
         self.steps = 0 if buckets >= 16 * k else 1
         # guide[j] = number of items that end at or before j = the item covering j; zero-weight
         # items end where their predecessor does and are stepped over. Counted chunk by chunk,
-        # so that no temporary as large as the weights is made (10^8 samples: 800 MB each).
+        # each chunk scaled on the way while it is in cache, so that no temporary as large as
+        # the weights is made (10^8 samples: 800 MB each).
         dtype = torch.int32 if k < 2**31 else torch.long
         self.guide = torch.zeros(buckets + 2, dtype=dtype)
         one = torch.ones(1, dtype=dtype).expand(CHUNK)
         for start in range(0, k, CHUNK):
-            ends_at = torch.ceil(self.ends[start : start + CHUNK]).long().clamp_(max=buckets + 1)
+            part = self.ends[start : start + CHUNK].mul_(scale)
+            ends_at = torch.ceil(part).long().clamp_(max=buckets + 1)
             self.guide.index_add_(0, ends_at, one[: ends_at.numel()])
+        self.total = float(self.ends[-1])
         self.guide = self.guide[: buckets + 1].cumsum_(0)
 
     def lookup(self, u: torch.Tensor) -> torch.Tensor:
