@@ -17,7 +17,7 @@ import torch
 
 from samplers._seeding import generator_for
 
-__all__ = ["CHUNK", "chunks", "in_chunks", "on_pool_thread", "run_tasks"]
+__all__ = ["CHUNK", "chunks", "in_background", "in_chunks", "on_pool_thread", "run_tasks"]
 
 T = TypeVar("T")
 
@@ -49,23 +49,40 @@ def _start_worker(threads: int) -> None:
     _in_worker.active = True
 
 
-def run_tasks(tasks: Sequence[Callable[[], object]]) -> None:
-    """Run independent ``tasks`` (each seeded on its own) on the drawing pool.
-
-    Inside a pool thread the tasks run inline: nested waits on one pool could deadlock.
-    """
+def _started_pool() -> ThreadPoolExecutor:
     global _pool
-    if getattr(_in_worker, "active", False):
-        for task in tasks:
-            task()
-        return
     if _pool is None:
         threads = torch.get_num_threads()
         _pool = ThreadPoolExecutor(
             max_workers=max(1, min(threads, 8)), initializer=_start_worker, initargs=(threads,)
         )
-    for future in [_pool.submit(task) for task in tasks]:
+    return _pool
+
+
+def run_tasks(tasks: Sequence[Callable[[], object]]) -> None:
+    """Run independent ``tasks`` (each seeded on its own) on the drawing pool.
+
+    Inside a pool thread the tasks run inline: nested waits on one pool could deadlock.
+    """
+    if getattr(_in_worker, "active", False):
+        for task in tasks:
+            task()
+        return
+    pool = _started_pool()
+    for future in [pool.submit(task) for task in tasks]:
         future.result()  # torch releases the GIL inside its kernels; errors surface here
+
+
+def in_background(fn: Callable[[], T]) -> Callable[[], T]:
+    """Start ``fn()`` on a pool thread and return a function that waits for its result (and
+    raises its error), so that the caller can meanwhile hand the pool other work.
+
+    Inside a pool thread ``fn()`` runs at once, as nested tasks do in :func:`run_tasks`.
+    """
+    if getattr(_in_worker, "active", False):
+        result = fn()
+        return lambda: result
+    return _started_pool().submit(fn).result
 
 
 def on_pool_thread(fn: Callable[[], T]) -> T:

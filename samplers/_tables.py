@@ -9,6 +9,10 @@ from samplers._pool import CHUNK
 
 __all__ = ["AliasTable", "GuideTable"]
 
+#: Steps that the draws still behind their item after the common steps take as a subset, before
+#: a binary search finds the rest (a bucket can hold many item ends when weights are skewed).
+_SUBSET_STEPS = 2
+
 
 class AliasTable:
     """Walker's alias table over K items: O(1) per draw, exact up to float64 rounding.
@@ -56,31 +60,33 @@ class GuideTable:
 
     The cumulative weights are scaled to ``[0, B)`` with ``B >= K`` buckets; ``guide[j]`` is the
     item that covers point ``j``. A draw ``u`` starts at ``guide[floor(u)]`` and steps forward
-    past the item ends at or below ``u``; a bucket holds at most one item end on average, so two
-    steps settle nearly every draw and the rare rest is a binary search. The build is a cumulative
-    sum and a bincount, several times cheaper than an alias table's, so weights that change
-    every epoch (hard_mined) use it.
+    past the item ends at or below ``u``; a bucket holds at most one item end on average, so one
+    step settles most draws, the few left step on as a subset (at most ``_SUBSET_STEPS`` more)
+    and the rare rest is a binary search. The build is a cumulative sum and a bincount, several
+    times cheaper than an alias table's, so weights that change every epoch (hard_mined) use it.
     """
 
     def __init__(self, weights: torch.Tensor) -> None:
         k = weights.numel()
         buckets = max(k, 1 << 12)  # few classes: more buckets, so that no steps are needed
         self.ends = torch.cumsum(weights.double(), 0)
-        self.ends *= buckets / float(self.ends[-1])
-        self.total = float(self.ends[-1])
+        scale = buckets / float(self.ends[-1])
         self.last = k - 1
-        # Items per bucket: with many buckets per item a draw almost never has to step.
-        self.steps = 0 if buckets >= 16 * k else 2
+        # Steps every draw takes: with many buckets per item a draw almost never has to step.
+        self.steps = 0 if buckets >= 16 * k else 1
         # guide[j] = number of items that end at or before j = the item covering j; zero-weight
         # items end where their predecessor does and are stepped over. Counted chunk by chunk,
-        # so that no temporary as large as the weights is made (10^8 samples: 800 MB each).
+        # each chunk scaled on the way while it is in cache, so that no temporary as large as
+        # the weights is made (10^8 samples: 800 MB each).
         dtype = torch.int32 if k < 2**31 else torch.long
         self.guide = torch.zeros(buckets + 2, dtype=dtype)
         one = torch.ones(1, dtype=dtype).expand(CHUNK)
         for start in range(0, k, CHUNK):
-            ends_at = torch.ceil(self.ends[start : start + CHUNK]).long().clamp_(max=buckets + 1)
+            part = self.ends[start : start + CHUNK].mul_(scale)
+            ends_at = torch.ceil(part).long().clamp_(max=buckets + 1)
             self.guide.index_add_(0, ends_at, one[: ends_at.numel()])
-        self.guide = torch.cumsum(self.guide[: buckets + 1], 0, dtype=dtype)
+        self.total = float(self.ends[-1])
+        self.guide = self.guide[: buckets + 1].cumsum_(0)
 
     def lookup(self, u: torch.Tensor) -> torch.Tensor:
         """The item covering each point ``u`` of ``[0, total)`` (float64)."""
@@ -88,7 +94,17 @@ class GuideTable:
         for _ in range(self.steps):
             item += torch.index_select(self.ends, 0, item.clamp_(max=self.last)) <= u
         item.clamp_(max=self.last)
-        behind = torch.nonzero(torch.index_select(self.ends, 0, item) <= u).flatten()
+        # Stepping only the draws still behind their item touches a few percent of the table
+        # where a step for every draw touches all of it (the lookup is bound by those reads).
+        behind = torch.index_select(self.ends, 0, item) <= u
+        behind = torch.nonzero(behind.logical_and_(item < self.last)).flatten()
+        for _ in range(_SUBSET_STEPS):
+            if not behind.numel():
+                break
+            ahead = torch.index_select(item, 0, behind).add_(1)
+            further = torch.index_select(self.ends, 0, ahead) <= torch.index_select(u, 0, behind)
+            item.index_copy_(0, behind, ahead)
+            behind = behind[further.logical_and_(ahead < self.last)]
         if behind.numel():
             found = torch.searchsorted(self.ends, torch.index_select(u, 0, behind), right=True)
             item.index_copy_(0, behind, found.clamp_(max=self.last))

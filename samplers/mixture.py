@@ -14,7 +14,7 @@ from samplers._batching import BatchSamplerBase
 from samplers._checks import check_int, check_number
 from samplers._distributions import ClassWeights, Distribution
 from samplers._draw import cycled_passes
-from samplers._pool import on_pool_thread
+from samplers._pool import in_background, on_pool_thread
 from samplers._seeding import epoch_seed, sub_seed
 from samplers.base import Sampler
 
@@ -152,18 +152,24 @@ class MixtureSampler(BatchSamplerBase):
         return ClassWeights(mixed)
 
     def _draw(self, distribution: Distribution, seed: int) -> torch.Tensor:
-        parts = []
-        for i, (count, component) in enumerate(zip(self.counts, self.components, strict=True)):
-            if isinstance(component, Sampler):
-                component.set_epoch(self.epoch)
-                parts.append(component.global_indices().view(self.num_batches, count))
-            else:
-                size, pass_seed = component.numel(), sub_seed(seed, i)
-                positions = on_pool_thread(
-                    partial(cycled_passes, size, count, self.num_batches, pass_seed)
-                )
-                parts.append(component[positions])
-        return torch.cat(parts, dim=1)
+        # The components are drawn at the same time: the first ones on pool threads, the last
+        # one from here, its chunks on the other pool threads. One after the other, a part
+        # drawn in one piece (a shuffle without replacement, a pool's passes) would leave all
+        # pool threads but one idle.
+        parts = [partial(self._part, i, seed) for i in range(len(self.components))]
+        waits = [in_background(part) for part in parts[:-1]]
+        last = parts[-1]()
+        return torch.cat([wait() for wait in waits] + [last], dim=1)
+
+    def _part(self, i: int, seed: int) -> torch.Tensor:
+        """Component ``i``'s items of every batch of the epoch, shape (num_batches, counts[i])."""
+        count, component = self.counts[i], self.components[i]
+        if isinstance(component, Sampler):
+            component.set_epoch(self.epoch)
+            return component.global_indices().view(self.num_batches, count)
+        size, pass_seed = component.numel(), sub_seed(seed, i)
+        positions = on_pool_thread(partial(cycled_passes, size, count, self.num_batches, pass_seed))
+        return component[positions]
 
     def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
         for component in self.components:

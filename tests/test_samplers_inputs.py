@@ -1,5 +1,5 @@
 """Bad inputs name the parameter, the value and what is allowed; the draw's tables reproduce
-any weights exactly (property-based)."""
+any weights exactly and its shuffles are torch's (property-based)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import samplers
+from samplers._draw import _permutation
 from samplers._tables import AliasTable, GuideTable
 from tests.helpers.strategies import LABELS
 
@@ -113,6 +114,36 @@ def test_guide_table_reproduces_any_weights_exactly(weights, seed):
     u = u[u < table.total]  # trailing zero weights end at the total, outside [0, total)
     expected = torch.searchsorted(table.ends, u, right=True)
     assert torch.equal(table.lookup(u), expected)
+
+
+def test_guide_table_steps_through_crowded_buckets_exactly():
+    # Many tiny weights end in a few buckets: draws there take the subset steps and the binary
+    # search, across the buckets where one step for every draw settles the rest.
+    generator = torch.Generator().manual_seed(0)
+    w = torch.cat(
+        [
+            torch.full((50_000,), 1e-12, dtype=torch.float64),
+            torch.rand(150_000, dtype=torch.float64, generator=generator),
+            torch.tensor([0.0, 1e-12, 1e-12, 0.0, 5.0], dtype=torch.float64),
+        ]
+    )
+    table = GuideTable(w)
+    assert table.steps == 1
+    u = torch.rand(200_000, dtype=torch.float64, generator=generator) * table.total
+    u = torch.cat([u, table.ends[:-1], torch.zeros(1, dtype=torch.float64)])
+    assert torch.equal(table.lookup(u), torch.searchsorted(table.ends, u, right=True))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 70_000), st.integers(0, 2**62), st.integers(0, 70_000))
+def test_shuffles_are_torch_randperm(size, seed, count):
+    # The order contract: an int32 shuffle must be the very permutation randperm gives.
+    def generator() -> torch.Generator:
+        return torch.Generator().manual_seed(seed)
+
+    shuffled = _permutation(size, generator(), count)
+    assert shuffled.dtype == torch.long
+    assert torch.equal(shuffled, torch.randperm(size, generator=generator())[:count])
 
 
 def test_mixture_validation():
