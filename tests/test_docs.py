@@ -237,6 +237,7 @@ def test_the_pages_hold_runner_commands():
         "docs/studies.md",
         "docs/scaling.md",
         "docs/race.md",
+        "docs/your-model.md",
     } <= pages
 
 
