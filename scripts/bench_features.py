@@ -36,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import mean
 from typing import Any
 
 from scripts import tables
@@ -132,9 +133,7 @@ def setting(name: str, common: list[str], uri: str, cache: Path) -> dict[str, An
     runs = export_runs(uri, parent.group(1))["runs"]
     advised = record["survivors"][0]
     finished = [r for r in runs if r["status"] == "FINISHED"]
-    durations = [
-        r["end_time"] - r["start_time"] for r in runs if r.get("end_time") and r.get("start_time")
-    ]
+    durations = child_seconds(uri, parent.group(1))
     test = [
         r["metrics"]["final/balanced_accuracy"]
         for r in finished
@@ -150,15 +149,23 @@ def setting(name: str, common: list[str], uri: str, cache: Path) -> dict[str, An
             "advised": advised,
             "survivors": record["survivors"],
             "stop_reason": record["stop_reason"],
-            "validation": record.get("means", {}).get(advised),
+            "validation": mean(record["values"][advised].values()),
             "test_balanced_accuracy": sum(test) / len(test) if test else None,
             "test_seeds": len(test),
-            "child_seconds_median": sorted(durations)[len(durations) // 2] / 1000
-            if durations
-            else None,
+            "child_seconds_median": sorted(durations)[len(durations) // 2] if durations else None,
             "record": record,
         },
     }
+
+
+def child_seconds(uri: str, parent: str) -> list[float]:
+    """How long each of a sweep's child runs took, start to end, as MLflow recorded them."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_run(parent).info.experiment_id
+    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent}'")
+    return [(r.info.end_time - r.info.start_time) / 1000 for r in children if r.info.end_time]
 
 
 def race_record(uri: str, parent: str) -> dict[str, Any]:
@@ -200,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "model=timm",
         f"model.name={BACKBONE}",
         "model.freeze=true",
-        f"data.image_size={args.size}",
+        f"model.image_size={args.size}",
         "trainer.augment=false",
         "trainer.progress=false",
         "tracking.plots=false",
