@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+import tomllib
+
 # Two test processes share two cores: one compute thread each, in them and in every process they
 # start (torch's default of one thread per core oversubscribes the cores, and spinning OpenMP
 # threads made a 5 s training test take minutes). Tests that vary the thread count set it.
@@ -21,7 +23,16 @@ from omegaconf import DictConfig
 from runner.config import register
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("unit", "slow", "ddp", "browser", "postgres", "gpu")  # registered in pyproject.toml
+
+
+def registered_markers() -> tuple[str, ...]:
+    """The names of the markers pyproject.toml registers (``"name: what it means"`` lines)."""
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        lines = tomllib.load(file)["tool"]["pytest"]["ini_options"]["markers"]
+    return tuple(line.split(":", 1)[0].strip() for line in lines)
+
+
+KINDS = registered_markers()
 register()
 torch.set_num_threads(1)
 # Property tests explore the same examples on every run: CI stays reproducible.

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import mlflow
 import pytest
 
+from tests.helpers.cli import run_cli
+
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
 
-RUN = [sys.executable, "-m", "runner"]
 QUICK = ["trainer.epochs=2", "tracking.plots=false", "tracking.log_model=false"]
-
-
-def cli(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run([*RUN, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
-    if check:
-        assert done.returncode == 0, done.stderr[-3000:]
-    return done
 
 
 def runs_of(uri: str):
@@ -45,7 +36,7 @@ def test_default_run_with_no_arguments(tmp_path, migrated_store, monkeypatch):
     shutil.copy(migrated_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # keep the project's own store out of tests
-    done = cli([], cwd=tmp_path)
+    done = run_cli(cwd=tmp_path)
     assert "final" in done.stdout and f"mlflow ui --backend-store-uri {uri}" in done.stdout
     (run,) = runs_of(uri)
     assert run.info.run_name == "uniform-synthetic_lt-s0" and run.data.tags["sampler"] == "uniform"
@@ -54,9 +45,13 @@ def test_default_run_with_no_arguments(tmp_path, migrated_store, monkeypatch):
 
 
 def test_sweep_gives_one_parent_with_nested_children(tmp_path, tracking_uri):
-    cli(
-        ["-m", "sampler=uniform,weighted", "seed=0,1", f"tracking.uri={tracking_uri}", *QUICK],
+    run_cli(
+        "sampler=uniform,weighted",
+        "seed=0,1",
+        *QUICK,
         cwd=tmp_path,
+        uri=tracking_uri,
+        multirun=True,
     )
     runs = runs_of(tracking_uri)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -87,9 +82,13 @@ def test_sweep_gives_one_parent_with_nested_children(tmp_path, tracking_uri):
     ids=["joblib", "submitit_local"],
 )
 def test_sweep_under_other_launchers_joins_the_parent(launcher, tmp_path, tracking_uri):
-    cli(
-        ["-m", *launcher, "sampler=hard_mined,fixed_class", f"tracking.uri={tracking_uri}", *QUICK],
+    run_cli(
+        *launcher,
+        "sampler=hard_mined,fixed_class",
+        *QUICK,
         cwd=tmp_path,
+        uri=tracking_uri,
+        multirun=True,
     )
     runs = runs_of(tracking_uri)
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -99,8 +98,8 @@ def test_sweep_under_other_launchers_joins_the_parent(launcher, tmp_path, tracki
 
 
 def test_the_slurm_launcher_config_composes(tmp_path):
-    shown = cli(
-        ["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "--cfg", "hydra"], cwd=tmp_path
+    shown = run_cli(
+        "hydra/launcher=slurm", "hydra.launcher.partition=gpu", "--cfg", "hydra", cwd=tmp_path
     )
     assert "SlurmLauncher" in shown.stdout and "partition: gpu" in shown.stdout
 
@@ -108,22 +107,17 @@ def test_the_slurm_launcher_config_composes(tmp_path):
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_a_failed_job_fails_its_run_and_the_parent(tmp_path, tracking_uri, launcher):
     # lr=1e30 diverges: the loss turns non-finite, the job stops naming trainer.lr.
-    done = cli(
-        [
-            "-m",
-            f"hydra/launcher={launcher}",
-            "trainer.lr=0.1,1e30",
-            "trainer.warmup_epochs=0",
-            f"tracking.uri={tracking_uri}",
-            *QUICK,
-        ],
+    done = run_cli(
+        f"hydra/launcher={launcher}",
+        "trainer.lr=0.1,1e30",
+        "trainer.warmup_epochs=0",
+        *QUICK,
         cwd=tmp_path,
-        check=False,
+        uri=tracking_uri,
+        multirun=True,
+        expect=2,
     )
-    assert (
-        done.returncode == 2
-        and "trainer.lr=1e+30: the training loss became non-finite" in done.stderr
-    )
+    assert "trainer.lr=1e+30: the training loss became non-finite" in done.stderr, done.stderr
     runs = runs_of(tracking_uri)
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     statuses = sorted(r.info.status for r in runs if "mlflow.parentRunId" in r.data.tags)

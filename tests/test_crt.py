@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,6 +15,7 @@ from runner.losses import ClassWeightedLoss
 from runner.models import MLP, ResNet32, SmallCNN
 from runner.state import build_state, start_classifier_stage, total_epochs
 from samplers import DeferredSampler
+from tests.helpers.cli import run_cli
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
@@ -100,27 +99,18 @@ def test_every_model_ends_in_its_classifier(model, head):
 
 @pytest.mark.slow
 def test_the_crt_method_records_both_stages_in_one_run(tmp_path, tracking_uri):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "runner",
-            "+method=crt",
-            "data=digits_lt",
-            "model=small_cnn",
-            "model.width=8",
-            "trainer.epochs=2",
-            "trainer.classifier_epochs=2",
-            "trainer.progress=false",
-            "tracking.plots=false",
-            f"tracking.uri={tracking_uri}",
-        ],
+    done = run_cli(
+        "+method=crt",
+        "data=digits_lt",
+        "model=small_cnn",
+        "model.width=8",
+        "trainer.epochs=2",
+        "trainer.classifier_epochs=2",
+        "trainer.progress=false",
+        "tracking.plots=false",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        uri=tracking_uri,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
     client = MlflowClient(tracking_uri)
     (run,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["method"] == "crt"

@@ -17,11 +17,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from runner.server import free_port, wait_until_healthy
-from tests.test_resume import history, only_run, start, wait_for
+from tests.helpers.cli import run_cli, run_python, start_cli, wait_for
+from tests.test_resume import history, only_run
 
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
 
-RUN = [sys.executable, "-m", "runner"]
 QUICK = [
     "trainer.progress=false",
     "tracking.plots=false",
@@ -92,7 +92,7 @@ def test_a_lost_server_stops_the_run_in_seconds_and_resume_loses_no_step(tmp_pat
     server = _server(port, tmp_path)
     log = tmp_path / "run.log"
     try:
-        process = start([*LOST, f"tracking.uri={uri}"], tmp_path, log)
+        process = start_cli(*LOST, cwd=tmp_path, log=log, uri=uri)
         wait_for(log, "epoch 3/8", process)
     finally:
         _kill(server)
@@ -111,14 +111,7 @@ def test_a_lost_server_stops_the_run_in_seconds_and_resume_loses_no_step(tmp_pat
 
     server = _server(port, tmp_path)  # the server is back, with its store
     try:
-        resumed = subprocess.run(
-            [*RUN, *again[3:], "trainer.progress=false"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        run_cli(*again[3:], "trainer.progress=false", cwd=tmp_path)
         client = MlflowClient(uri)
         (run,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
         assert run.info.status == "FINISHED"
@@ -140,9 +133,7 @@ STOPPED = ["data=digits_lt", "model=small_cnn", "trainer.epochs=4", *QUICK]
 def killed_run(tmp_path, tracking_uri):
     """A run stopped by SIGTERM in its second epoch: KILLED, with a checkpoint."""
     log = tmp_path / "run.log"
-    process = start(
-        [*STOPPED, "trainer.batch_size=16", f"tracking.uri={tracking_uri}"], tmp_path, log
-    )
+    process = start_cli(*STOPPED, "trainer.batch_size=16", cwd=tmp_path, log=log, uri=tracking_uri)
     wait_for(log, "epoch 1/4", process)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
@@ -165,15 +156,11 @@ def test_an_unreadable_checkpoint_is_one_line_and_the_run_stays_as_it_was(
     }
     for damage, apply in damages.items():
         apply()
-        done = subprocess.run(
-            [*RUN, f"resume={run.info.run_id}", f"tracking.uri={tracking_uri}"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
+        done = run_cli(
+            f"resume={run.info.run_id}", cwd=tmp_path, uri=tracking_uri, timeout=120, expect=2
         )
         lines = said(done.stderr)
-        assert done.returncode == 2 and "Traceback" not in done.stderr, (damage, done.stderr)
+        assert "Traceback" not in done.stderr, (damage, done.stderr)
         assert len(lines) <= 3 and str(checkpoint) in done.stderr, (damage, lines)
         _, after = only_run(tracking_uri)
         assert after.info.status == "KILLED"  # nothing was resumed: not reopened, not FAILED
@@ -197,16 +184,16 @@ def test_a_checkpoint_that_cannot_be_written_fails_the_run_and_keeps_the_previou
     store = Path(tracking_uri.removeprefix("sqlite:///")).stat().st_size
     limit = (checkpoint.stat().st_size + store) // 2  # room for the store, not the checkpoint
     assert store * 1.3 < limit
-    done = subprocess.run(
-        [*RUN, f"resume={run.info.run_id}", f"tracking.uri={tracking_uri}"],
+    done = run_cli(
+        f"resume={run.info.run_id}",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
+        uri=tracking_uri,
         timeout=120,
+        expect=2,
         preexec_fn=_file_size_limit(limit),
     )
     lines = said(done.stderr)
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert len(lines) <= 3 and str(checkpoint.parent) in lines[0] and "MiB" in lines[0], lines
     assert digest(checkpoint) == kept  # the previous checkpoint, untouched
     assert not list(checkpoint.parent.glob(".*.tmp"))  # no temporary file left filling the disk
@@ -217,7 +204,6 @@ def test_a_checkpoint_that_cannot_be_written_fails_the_run_and_keeps_the_previou
 # --- a sweep stopped while its jobs run in other processes ---------------------------------
 
 SWEEP = [
-    "-m",
     "sampler=uniform,hard_mined",
     "data=digits_lt",
     "model=small_cnn",
@@ -238,9 +224,9 @@ LAUNCHERS = {
 def test_a_stopped_sweep_leaves_no_run_running_and_resume_finishes_it(
     launcher, how, tmp_path, tracking_uri
 ):
-    command = [*SWEEP, *LAUNCHERS[launcher], f"tracking.uri={tracking_uri}"]
+    command = [*SWEEP, *LAUNCHERS[launcher]]
     log = tmp_path / "sweep.log"
-    process = start(command, tmp_path, log)
+    process = start_cli(*command, cwd=tmp_path, log=log, uri=tracking_uri, multirun=True)
     client = MlflowClient(tracking_uri)
     deadline = time.monotonic() + 240
     while True:  # both jobs in flight, each past its first epoch
@@ -258,14 +244,7 @@ def test_a_stopped_sweep_leaves_no_run_running_and_resume_finishes_it(
     parent = next(r for r in runs if r.data.tags.get("sweep") == "parent")
     assert parent.info.status == "KILLED" and f"resume={parent.info.run_id}" in log.read_text()
 
-    again = subprocess.run(
-        [*RUN, *command, f"resume={parent.info.run_id}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
+    run_cli(*command, f"resume={parent.info.run_id}", cwd=tmp_path, uri=tracking_uri, multirun=True)
     after = client.search_runs([experiment.experiment_id])
     assert len(after) == 3 and {r.info.status for r in after} == {"FINISHED"}
     for child in after:
@@ -295,23 +274,19 @@ def _foreign(folder: Path) -> dict[str, Path]:
 @pytest.mark.parametrize(
     "command",
     [
-        [*RUN, "trainer.epochs=1", "tracking.uri=sqlite:///{path}"],
-        [sys.executable, "-m", "experiments.report", "--uri", "sqlite:///{path}"],
+        ["-m", "runner", "trainer.epochs=1", "tracking.uri=sqlite:///{path}"],
+        ["-m", "experiments.report", "--uri", "sqlite:///{path}"],
     ],
     ids=["runner", "report"],
 )
 def test_a_file_that_is_not_an_mlflow_store_is_refused_and_left_unchanged(kind, command, tmp_path):
     path = _foreign(tmp_path)[kind]
     before = digest(path)
-    done = subprocess.run(
-        [part.format(path=path) for part in command],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = run_python(
+        *[part.format(path=path) for part in command], cwd=tmp_path, timeout=120, expect=2
     )
     lines = said(done.stderr)
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert len(lines) <= 3 and ("tracking.uri" in lines[0] or "--uri" in lines[0]), lines
     assert digest(path) == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".db") == ["app.db", "noise.db"]
@@ -320,30 +295,22 @@ def test_a_file_that_is_not_an_mlflow_store_is_refused_and_left_unchanged(kind, 
 
 def test_the_report_reads_an_mlflow_store_without_changing_it(tmp_path, tracking_uri):
     path = Path(tracking_uri.removeprefix("sqlite:///"))
-    subprocess.run(
-        [*RUN, "trainer.epochs=1", *QUICK, f"tracking.uri={tracking_uri}"],
-        cwd=tmp_path,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    run_cli("trainer.epochs=1", *QUICK, cwd=tmp_path, uri=tracking_uri, timeout=120)
     before = digest(path)
-    done = subprocess.run(
-        [sys.executable, "-m", "experiments.report", "--uri", tracking_uri, "--no-log"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = run_python(
+        "-m", "experiments.report", "--uri", tracking_uri, "--no-log", cwd=tmp_path, timeout=120
     )
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert digest(path) == before
     empty = tmp_path / "empty.db"
     empty.touch()
-    refused = subprocess.run(
-        [sys.executable, "-m", "experiments.report", "--uri", f"sqlite:///{empty}"],
+    refused = run_python(
+        "-m",
+        "experiments.report",
+        "--uri",
+        f"sqlite:///{empty}",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=120,
+        expect=2,
     )
-    assert refused.returncode == 2 and empty.stat().st_size == 0, refused.stderr
+    assert empty.stat().st_size == 0, refused.stderr

@@ -5,8 +5,6 @@ made (loadable, with the run's own predictions), and many classes as tables."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +13,11 @@ from mlflow.tracking import MlflowClient
 from runner.parts import build
 from runner.record import dataset_inputs
 from tests.conftest import compose_config
+from tests.helpers.cli import run_cli
 from tests.helpers.record import assert_record
 
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
 
-RUN = [sys.executable, "-m", "runner"]
 DIGITS = [
     "data=digits_lt",
     "model=small_cnn",
@@ -40,14 +38,7 @@ def _only_run(uri: str):
 def test_a_run_records_how_it_ran_its_datasets_and_a_model_with_its_predictions(
     tmp_path, tracking_uri
 ):
-    done = subprocess.run(
-        [*RUN, *DIGITS, f"tracking.uri={tracking_uri}", "tracking.register=digits-cnn"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_cli(*DIGITS, "tracking.register=digits-cnn", cwd=tmp_path, uri=tracking_uri)
     client, run = _only_run(tracking_uri)
     assert_record(tracking_uri, run.info.run_id, DIGITS, {"training", "validation", "test"})
     tags = run.data.tags
@@ -81,23 +72,16 @@ def test_many_classes_are_tables_not_a_metric_key_each(tmp_path, tracking_uri):
     from experiments.report import build_report, markdown
     from experiments.store import experiment_runs, open_store
 
-    done = subprocess.run(
-        [
-            *RUN,
-            "data.num_classes=100",
-            "data.val_per_class=3",
-            "trainer.epochs=2",
-            "trainer.progress=false",
-            "tracking.plots=false",
-            "tracking.log_model=false",
-            f"tracking.uri={tracking_uri}",
-        ],
+    run_cli(
+        "data.num_classes=100",
+        "data.val_per_class=3",
+        "trainer.epochs=2",
+        "trainer.progress=false",
+        "tracking.plots=false",
+        "tracking.log_model=false",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        uri=tracking_uri,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
     client, run = _only_run(tracking_uri)
     assert run.data.tags["per_class"] == "table"
     assert len(run.data.metrics) < 150, sorted(run.data.metrics)
@@ -123,29 +107,19 @@ def test_system_metrics_are_recorded_while_the_run_trains_when_asked(tmp_path, t
     """``tracking.system_metrics=true``: MLflow's own monitor writes ``system/*`` into the run,
     sampled every 0.2 s here (MLflow's setting; its default is 10 s, and a run shorter than one
     interval records none), and stops with it."""
-    import os
-
     env = {
-        **os.environ,
         "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.2",
         "MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_LOGGING": "1",
     }
-    done = subprocess.run(
-        [
-            *RUN,
-            *DIGITS,
-            "trainer.epochs=8",  # about 2 s
-            f"tracking.uri={tracking_uri}",
-            "tracking.log_model=false",
-            "tracking.system_metrics=true",
-        ],
+    run_cli(
+        *DIGITS,
+        "trainer.epochs=8",  # about 2 s
+        "tracking.log_model=false",
+        "tracking.system_metrics=true",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        uri=tracking_uri,
         env=env,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
     client, run = _only_run(tracking_uri)
     assert run.info.status == "FINISHED"
     system = {key for key in run.data.metrics if key.startswith("system/")}

@@ -4,8 +4,6 @@ publishing onto a sweep's parent run, and one real sweep end to end (real sqlite
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from mlflow.tracking import MlflowClient
 from experiments.report import main, publish
 from experiments.stats import paired_difference, t_interval
 from runner.tracking import Tracker
+from tests.helpers.cli import run_python
 from tests.helpers.record import assert_record
 from tests.helpers.sweeps import COMMAND, tiny_sweep
 
@@ -248,12 +247,11 @@ def test_the_cli_never_creates_a_store(tmp_path, tracking_uri, capsys):
     assert not typo.exists() and not typo.parent.exists()
     assert main(["--uri", tracking_uri, "--experiment", "nothing"]) == 2
     assert "no experiment 'nothing'" in capsys.readouterr().err
-    done = subprocess.run(
-        [sys.executable, "-m", "experiments.report", "--uri", f"sqlite:///{typo}"],
-        capture_output=True,
-        text=True,
+    done = run_python(
+        "-m", "experiments.report", "--uri", f"sqlite:///{typo}", cwd=tmp_path, expect=2
     )
-    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert not typo.parent.exists()
 
 
 @pytest.fixture(scope="module")

@@ -4,23 +4,19 @@ run; sweeps stopped and finished; stores shared from the start; every file sourc
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.cli import run_cli, start_cli, wait_for
 from tests.test_errors import _write_images
 
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
-
-RUN = [sys.executable, "-m", "runner"]
-
 
 LONG = [
     "data=digits_lt",
@@ -35,25 +31,6 @@ LONG = [
 ]
 
 
-def start(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with open(log, "w") as out:
-        return subprocess.Popen(
-            [*RUN, *args], cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env
-        )
-
-
-def wait_for(
-    log: Path, text: str, process: subprocess.Popen, after: str = "", timeout: float = 240
-) -> None:
-    """Until ``text`` appears in the log (after the first ``after``)."""
-    deadline = time.monotonic() + timeout
-    while text not in (log.read_text().partition(after)[2] if after else log.read_text()):
-        assert process.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, f"no {text!r} in time: {log.read_text()[-3000:]}"
-        time.sleep(0.05)
-
-
 def history(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, float]]]:
     keys = client.get_run(run_id).data.metrics
     return {k: [(m.step, m.value) for m in client.get_metric_history(run_id, k)] for k in keys}
@@ -65,10 +42,7 @@ def reference(tmp_path_factory, migrated_store):
     tmp = tmp_path_factory.mktemp("reference")
     shutil.copy(migrated_store, tmp / "mlflow.db")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
-    done = subprocess.run(
-        [*RUN, *LONG, f"tracking.uri={uri}"], cwd=tmp, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_cli(*LONG, cwd=tmp, uri=uri)
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
     return history(client, run.info.run_id)
@@ -83,7 +57,7 @@ def only_run(uri: str):
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
 def test_a_stopped_run_resumes_to_the_same_history(how, tmp_path, tracking_uri, reference):
     log = tmp_path / "run.log"
-    process = start([*LONG, f"tracking.uri={tracking_uri}"], tmp_path, log)
+    process = start_cli(*LONG, cwd=tmp_path, log=log, uri=tracking_uri)
     wait_for(log, "epoch 2/6", process)
     time.sleep(0.1)  # into the third epoch
     process.send_signal(getattr(signal, how))
@@ -96,19 +70,9 @@ def test_a_stopped_run_resumes_to_the_same_history(how, tmp_path, tracking_uri, 
         told = [line for line in log.read_text().splitlines() if "resume=" in line]
         assert len(told) == 1 and f"resume={run.info.run_id}" in told[0]
         assert Path(run.data.tags["checkpoint"]).is_file()
-    resumed = subprocess.run(
-        [
-            *RUN,
-            f"resume={run.info.run_id}",
-            f"tracking.uri={tracking_uri}",
-            "trainer.progress=false",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    resumed = run_cli(
+        f"resume={run.info.run_id}", "trainer.progress=false", cwd=tmp_path, uri=tracking_uri
     )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming run" in resumed.stdout + resumed.stderr
     client, again = only_run(tracking_uri)  # the same run continued, no second one
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
@@ -118,7 +82,6 @@ def test_a_stopped_run_resumes_to_the_same_history(how, tmp_path, tracking_uri, 
 
 def test_ctrl_c_stops_a_sweep_and_resume_finishes_it(tmp_path, tracking_uri):
     sweep = [
-        "-m",
         "sampler=uniform,hard_mined",
         "data=digits_lt",
         "model=small_cnn",
@@ -127,10 +90,9 @@ def test_ctrl_c_stops_a_sweep_and_resume_finishes_it(tmp_path, tracking_uri):
         "trainer.batch_size=16",
         "trainer.progress=false",
         "tracking.plots=false",
-        f"tracking.uri={tracking_uri}",
     ]
     log = tmp_path / "sweep.log"
-    process = start(sweep, tmp_path, log)
+    process = start_cli(*sweep, cwd=tmp_path, log=log, uri=tracking_uri, multirun=True)
     wait_for(log, "epoch 1/4", process, after="#1 : sampler=hard_mined")
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 130, log.read_text()[-3000:]
@@ -143,14 +105,9 @@ def test_ctrl_c_stops_a_sweep_and_resume_finishes_it(tmp_path, tracking_uri):
     assert runs["hard_mined-digits_lt-s0"].info.status == "KILLED"
     assert f"resume={parent.info.run_id}" in log.read_text()
 
-    again = subprocess.run(
-        [*RUN, *sweep, f"resume={parent.info.run_id}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    again = run_cli(
+        *sweep, f"resume={parent.info.run_id}", cwd=tmp_path, uri=tracking_uri, multirun=True
     )
-    assert again.returncode == 0, again.stderr[-3000:]
     after = client.search_runs([experiment])
     assert len(after) == 3  # one parent, the same two children: nothing run twice
     assert {r.info.status for r in after} == {"FINISHED"}
@@ -166,23 +123,14 @@ def test_ctrl_c_stops_a_sweep_and_resume_finishes_it(tmp_path, tracking_uri):
 
 def test_two_sweeps_on_a_new_store_keep_their_parents(tmp_path):
     uri = f"sqlite:///{tmp_path / 'new.db'}"  # not migrated yet: both processes race for it
-    sweep = [
-        *RUN,
-        "-m",
-        "sampler=uniform,weighted",
-        "trainer.epochs=1",
-        "tracking.plots=false",
-        f"tracking.uri={uri}",
-    ]
-    processes = [
-        subprocess.Popen(
-            sweep, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(2)
-    ]
-    outputs = [p.communicate(timeout=300) for p in processes]
-    for process, (_, err) in zip(processes, outputs, strict=True):
-        assert process.returncode == 0 and "raised" not in err, err[-3000:]
+    sweep = ["sampler=uniform,weighted", "trainer.epochs=1", "tracking.plots=false"]
+
+    def one(_: int):
+        return run_cli(*sweep, cwd=tmp_path, uri=uri, multirun=True)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # both at once
+        for done in pool.map(one, range(2)):
+            assert "raised" not in done.stderr, done.stderr[-3000:]
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
     parents = [r for r in runs if r.data.tags.get("sweep") == "parent"]

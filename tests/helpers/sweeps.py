@@ -4,12 +4,12 @@ session and shared by the report and browser tests."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
+
+from tests.helpers.cli import run_cli
 
 COMMAND = [
     "+experiment=synthetic",
@@ -42,14 +42,7 @@ def tiny_sweep(folder: Path, migrated_store: Path) -> Sweep:
     db = folder / "mlflow.db"
     shutil.copy(migrated_store, db)
     uri = f"sqlite:///{db}"
-    done = subprocess.run(
-        [sys.executable, "-m", "runner", "-m", *COMMAND, f"tracking.uri={uri}"],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_cli(*COMMAND, cwd=folder, uri=uri, multirun=True)
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("study-synthetic")
     (parent,) = client.search_runs([experiment.experiment_id], "tags.sweep = 'parent'")
