@@ -75,38 +75,40 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def sweep(url: str, cwd: Path, *overrides: str) -> subprocess.Popen:
-    """``python -m runner -m hydra/launcher=joblib ...`` into the server, started, not waited for."""
-    cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(
-        [
-            *(sys.executable, "-m", "runner", "-m", "hydra/launcher=joblib"),
-            *("tracking=server", f"tracking.uri={url}", *overrides),
-        ],
-        cwd=cwd,  # a sweep's own: two sweeps started in one second would share an output folder
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+@dataclass
+class Sweep:
+    """A sweep started in ``folder``, its output going to files there (pipes that nobody reads
+    while another sweep is waited for would fill and stall it)."""
+
+    process: subprocess.Popen
+    folder: Path
+
+    def finished(self, timeout: float = 600) -> None:
+        assert self.process.wait(timeout=timeout) == 0, (self.folder / "stderr").read_text()[-3000:]
 
 
-def finished(process: subprocess.Popen, timeout: float = 300) -> None:
-    _, stderr = process.communicate(timeout=timeout)
-    assert process.returncode == 0, stderr[-3000:]
+def sweep(url: str, folder: Path, *overrides: str) -> Sweep:
+    """``python -m runner -m hydra/launcher=joblib ...`` into the server, started, not waited for,
+    in ``folder`` (two sweeps started in one second in one folder would share an output folder)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "runner", "-m", "hydra/launcher=joblib", "tracking=server"]
+    with (folder / "stdout").open("w") as out, (folder / "stderr").open("w") as err:
+        process = subprocess.Popen(
+            [*command, f"tracking.uri={url}", *overrides], cwd=folder, stdout=out, stderr=err
+        )
+    return Sweep(process, folder)
 
 
 def test_a_joblib_sweep_into_a_postgres_backed_server(server, tmp_path):
-    finished(
-        sweep(
-            server.url,
-            tmp_path,
-            "hydra.launcher.n_jobs=2",
-            "sampler=uniform,hard_mined",
-            "trainer.epochs=2",
-            "trainer.progress=false",
-            "tracking.experiment=one-sweep",
-        )
-    )
+    sweep(
+        server.url,
+        tmp_path / "sweep",
+        "hydra.launcher.n_jobs=2",
+        "sampler=uniform,hard_mined",
+        "trainer.epochs=2",
+        "trainer.progress=false",
+        "tracking.experiment=one-sweep",
+    ).finished()
     client = MlflowClient(server.url)
     experiment = client.get_experiment_by_name("one-sweep").experiment_id
     runs = client.search_runs([experiment])
@@ -151,11 +153,13 @@ def test_sweeps_at_once_into_a_fresh_experiment_finish_every_job(server, tmp_pat
             sweep(server.url, tmp_path / f"{round_}-a", *common, "tracking.log_model=false"),
             sweep(server.url, tmp_path / f"{round_}-b", *common, f"tracking.register={model}"),
         ]
-        for process in sweeps:
-            finished(process)
+        for started in sweeps:
+            started.finished()
         runs = client.search_runs([client.get_experiment_by_name(name).experiment_id])
         assert len(runs) == 2 + 8 and {r.info.status for r in runs} == {"FINISHED"}, round_
-        children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+        children = [
+            client.get_run(r.info.run_id) for r in runs if "mlflow.parentRunId" in r.data.tags
+        ]
         for child in children:
             logged = {d.dataset.name for d in child.inputs.dataset_inputs}
             assert logged == {"synthetic_lt-train", "synthetic_lt-test"}, child.info.run_name
@@ -166,9 +170,7 @@ def test_sweeps_at_once_into_a_fresh_experiment_finish_every_job(server, tmp_pat
         assert len(digests) == 2
         versions = client.search_model_versions(f"name = '{model}'")
         registering = {
-            c.info.run_id
-            for c in children
-            if "tracking.register" in c.data.params and c.data.params["tracking.register"] == model
+            c.info.run_id for c in children if c.data.params.get("tracking.register") == model
         }
         assert sorted(int(v.version) for v in versions) == [1, 2, 3, 4]
         assert {v.run_id for v in versions} == registering and len(registering) == 4
