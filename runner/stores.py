@@ -1,6 +1,8 @@
 """Which MLflow store a run writes to, and the checks that answer within seconds, before any
 training, whether it can: a store that is not there, not writable, not MLflow's, or not
-answering is one :class:`runner.errors.UserError` naming ``tracking.uri``.
+answering is one :class:`runner.errors.UserError` naming ``tracking.uri``. During a run, a store
+lost is a :class:`StoreLost`; a store's answer that what a job creates exists already (another
+job created it at the same moment, :func:`already_exists`) is not.
 
 Nothing here changes a file that is not an MLflow store: an existing sqlite file is read with
 SQLite's ``immutable`` flag (no lock, no journal) before MLflow may touch it, and a database of
@@ -106,8 +108,9 @@ def bound_http_retries(retries: int, timeout: int) -> None:
 
 class StoreLost(UserError):
     """The store stopped answering during a run, after MLflow's retries (bounded by
-    ``tracking.retries`` and ``tracking.request_timeout``). ``unlogged``: the metric rows it
-    may not have received, to send again when the run resumes."""
+    ``tracking.retries`` and ``tracking.request_timeout``), or kept answering "exists already"
+    after the tries again that such a conflict gets. ``unlogged``: the metric rows it may not
+    have received, to send again when the run resumes."""
 
     exit_code = 75  # EX_TEMPFAIL: try again later
 

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from runner.data import LongTailData
 
 _BATCH = 100  # MLflow accepts at most 100 params and 1000 metrics per log_batch call
-# Tries again after a store's "exists already": each conflict means another job committed the
-# thing first, so the next try finds it; more than one means a job per try created one more.
+# Tries again after a store's "exists already": a conflict means another job committed one of
+# the same datasets first, which the next try finds and links; another conflict needs yet
+# another job to commit one of the rest in between, so a few tries settle any sweep.
 CONFLICT_RETRIES = 3
 T = TypeVar("T")
 

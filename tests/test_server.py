@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from mlflow.entities import DatasetInput, InputTag
 from mlflow.exceptions import MlflowException
@@ -186,8 +187,6 @@ def held_insert(
     created the same thing a moment earlier and has not committed yet): once the server's own
     insert of it waits on that row's lock, the transaction commits, and the server's insert
     fails its unique constraint. ``meanwhile``'s result, or what it raised, once it returns."""
-    import psycopg
-
     outcome: dict[str, Any] = {}
 
     def call() -> None:
@@ -229,24 +228,24 @@ def test_a_dataset_another_job_created_first_is_reused(server):
         DatasetInput(
             MetaDataset(
                 CodeDatasetSource({}), name=f"data-{split}", digest=f"d-{split}"
-            )._to_mlflow_entity(),  # type: ignore[abstract]
+            )._to_mlflow_entity(),
             [InputTag("mlflow.data.context", split)],
         )
         for split in ("train", "test")
     ]
     theirs = uuid.uuid4().hex
-    held_insert(
-        server.database,
-        "INSERT INTO datasets (dataset_uuid, experiment_id, name, digest, dataset_source_type,"
-        " dataset_source) VALUES (%s, %s, 'data-train', 'd-train', 'code', '{}')",
-        (theirs, int(tracker.experiment_id)),
-        lambda: tracker.log_inputs(datasets),
-    )
-    tracker.finish()
+    try:
+        held_insert(
+            server.database,
+            "INSERT INTO datasets (dataset_uuid, experiment_id, name, digest, dataset_source_type,"
+            " dataset_source) VALUES (%s, %s, 'data-train', 'd-train', 'code', '{}')",
+            (theirs, int(tracker.experiment_id)),
+            lambda: tracker.log_inputs(datasets),
+        )
+    finally:
+        tracker.finish()
     run = MlflowClient(server.url).get_run(tracker.run_id)
     assert sorted(d.dataset.name for d in run.inputs.dataset_inputs) == ["data-test", "data-train"]
-    import psycopg
-
     with psycopg.connect(server.database) as connection:
         linked = connection.execute(
             "SELECT source_id FROM inputs WHERE destination_id = %s", (tracker.run_id,)
