@@ -12,34 +12,37 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from runner.errors import UserError
-from runner.stores import quick_http, store_error
+from runner.stores import already_exists, quick_http, store_error
 
 
 def experiment_id(client: MlflowClient, uri: str, name: str) -> str:
-    """The id of experiment ``name``, created if missing; a deleted one is an error."""
+    """The id of experiment ``name``, created if missing; a deleted one is an error. When another
+    job creates it at the same moment (a fresh store, sweeps started together), the store's
+    "exists already" is no error: the experiment is read again and that one used."""
     with quick_http():
         try:
             experiment = client.get_experiment_by_name(name)
-            if experiment is not None and experiment.lifecycle_stage == "deleted":
+            if experiment is None:
+                location = None
+                if uri.startswith("sqlite:///"):
+                    # Keep artifacts beside the database rather than relative to whichever cwd
+                    # runs first.
+                    folder = Path(uri.removeprefix("sqlite:///")).parent
+                    location = (folder / "mlartifacts").resolve().as_uri()
+                try:
+                    return client.create_experiment(name, artifact_location=location)
+                except mlflow.exceptions.MlflowException as error:
+                    experiment = (
+                        client.get_experiment_by_name(name) if already_exists(error) else None
+                    )
+                    if experiment is None:
+                        raise
+            if experiment.lifecycle_stage == "deleted":
                 raise UserError(
                     f"tracking.experiment={name!r} was deleted in MLflow (id {experiment.experiment_id})\n"
                     f"restore it (mlflow experiments restore --experiment-id {experiment.experiment_id}) or choose another name"
                 )
-            if experiment is not None:
-                return experiment.experiment_id
-            location = None
-            if uri.startswith("sqlite:///"):
-                # Keep artifacts beside the database rather than relative to whichever cwd runs first.
-                location = (
-                    (Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts").resolve().as_uri()
-                )
-            try:
-                return client.create_experiment(name, artifact_location=location)
-            except mlflow.exceptions.MlflowException:  # created concurrently by a parallel job
-                found = client.get_experiment_by_name(name)
-                if found is None:
-                    raise
-                return found.experiment_id
+            return experiment.experiment_id
         except mlflow.exceptions.MlflowException as error:
             raise store_error(
                 uri,

@@ -1,6 +1,8 @@
 """Which MLflow store a run writes to, and the checks that answer within seconds, before any
 training, whether it can: a store that is not there, not writable, not MLflow's, or not
-answering is one :class:`runner.errors.UserError` naming ``tracking.uri``.
+answering is one :class:`runner.errors.UserError` naming ``tracking.uri``. During a run, a store
+lost is a :class:`StoreLost`; a store's answer that what a job creates exists already (another
+job created it at the same moment, :func:`already_exists`) is not.
 
 Nothing here changes a file that is not an MLflow store: an existing sqlite file is read with
 SQLite's ``immutable`` flag (no lock, no journal) before MLflow may touch it, and a database of
@@ -27,6 +29,7 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 MLFLOW_TABLES = {"alembic_version", "experiments"}
 DATABASES = ("postgresql", "mysql", "mssql")  # SQLAlchemy dialects MLflow stores runs in
 CHECK_SECONDS = 10  # a store check answers within this, whatever the network does
+Row = tuple[str, float, int, int]  # a metric: key, value, timestamp (ms), step
 
 
 def resolve_uri(uri: str | None) -> str:
@@ -47,6 +50,33 @@ def project_store() -> str:
 
 def store_error(uri: str, problem: str, fix: str, parameter: str = "tracking.uri") -> UserError:
     return UserError(f"{parameter}={uri!r}: {problem}\n{fix}")
+
+
+# How a unique constraint refuses a row another writer committed first, in the words of each
+# database MLflow stores runs in: MLflow's session passes the driver's message on as BAD_REQUEST.
+UNIQUE_VIOLATIONS = (
+    "duplicate key value violates unique constraint",  # PostgreSQL
+    "UNIQUE constraint failed",  # SQLite
+    "Duplicate entry",  # MySQL
+    "Violation of UNIQUE KEY constraint",  # SQL Server
+    "Violation of PRIMARY KEY constraint",  # SQL Server
+)
+
+
+def already_exists(error: BaseException) -> bool:
+    """Whether ``error`` is a store's answer that what a call creates exists already, because
+    another job created it at the same moment: MLflow's ``RESOURCE_ALREADY_EXISTS``, or a unique
+    constraint's refusal (what a sweep's jobs meet when they log the same new dataset at once).
+    Any other error, a foreign-key or not-null violation included, is not."""
+    from mlflow.exceptions import MlflowException
+
+    if not isinstance(error, MlflowException):
+        return False
+    if error.error_code == "RESOURCE_ALREADY_EXISTS":
+        return True
+    return error.error_code == "BAD_REQUEST" and any(
+        words in error.message for words in UNIQUE_VIOLATIONS
+    )
 
 
 QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
@@ -74,6 +104,36 @@ def bound_http_retries(retries: int, timeout: int) -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(retries))
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(timeout))
+
+
+class StoreLost(UserError):
+    """The store stopped answering during a run, after MLflow's retries (bounded by
+    ``tracking.retries`` and ``tracking.request_timeout``), or kept answering "exists already"
+    after the tries again that such a conflict gets. ``unlogged``: the metric rows it may not
+    have received, to send again when the run resumes."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later
+
+    def __init__(self, message: str, unlogged: list[Row]) -> None:
+        super().__init__(message)
+        self.unlogged = unlogged
+
+    def __reduce__(self) -> tuple[type[StoreLost], tuple[str, list[Row]]]:
+        # Crosses process boundaries (joblib's workers return it to the sweep).
+        return type(self), (str(self), self.unlogged)
+
+    @classmethod
+    def during(cls, uri: str, what: str, error: BaseException, unlogged: list[Row]) -> StoreLost:
+        first = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
+        # A conflict that outlasted its retries is said as what it is, not as a lost store.
+        if already_exists(error):
+            problem = "the store answered that what this creates exists already"
+        else:
+            problem = "the store stopped answering"
+        return cls(
+            f"tracking.uri={uri!r}: {problem} while {what} ({type(error).__name__}: {first})",
+            unlogged,
+        )
 
 
 def sqlite_path(uri: str) -> Path | None:

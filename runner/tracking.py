@@ -22,42 +22,19 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config import TrackingConfig, config_key, resolved, typed
-from runner.errors import UserError
 from runner.runs import context_tags, experiment_id, find_run
 from runner.signals import held
-from runner.stores import project_store, resolve_uri
+from runner.stores import Row, StoreLost, already_exists, project_store, resolve_uri
 
 if TYPE_CHECKING:
     from runner.data import LongTailData
 
 _BATCH = 100  # MLflow accepts at most 100 params and 1000 metrics per log_batch call
+# Tries again after a store's "exists already": a conflict means another job committed one of
+# the same datasets first, which the next try finds and links; another conflict needs yet
+# another job to commit one of the rest in between, so a few tries settle any sweep.
+CONFLICT_RETRIES = 3
 T = TypeVar("T")
-Row = tuple[str, float, int, int]  # a metric: key, value, timestamp (ms), step
-
-
-class StoreLost(UserError):
-    """The store stopped answering during a run, after MLflow's retries (bounded by
-    ``tracking.retries`` and ``tracking.request_timeout``). ``unlogged``: the metric rows it
-    may not have received, to send again when the run resumes."""
-
-    exit_code = 75  # EX_TEMPFAIL: try again later
-
-    def __init__(self, message: str, unlogged: list[Row]) -> None:
-        super().__init__(message)
-        self.unlogged = unlogged
-
-    def __reduce__(self) -> tuple[type[StoreLost], tuple[str, list[Row]]]:
-        # Crosses process boundaries (joblib's workers return it to the sweep).
-        return type(self), (str(self), self.unlogged)
-
-    @classmethod
-    def during(cls, uri: str, what: str, error: BaseException, unlogged: list[Row]) -> StoreLost:
-        first = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
-        return cls(
-            f"tracking.uri={uri!r}: the store stopped answering while {what} "
-            f"({type(error).__name__}: {first})",
-            unlogged,
-        )
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -156,13 +133,27 @@ class Tracker:
         client.update_run(run_id, status="RUNNING")
         return cls(client, uri, run)
 
-    def _call(self, what: str, action: Callable[[], T], unlogged: list[Row] | None = None) -> T:
+    def _call(
+        self,
+        what: str,
+        action: Callable[[], T],
+        unlogged: list[Row] | None = None,
+        conflicts: int = 0,
+    ) -> T:
         """``action()``; a store that fails it (MLflow's bounded retries spent) is a
-        :class:`StoreLost` carrying the metric rows that did not reach it."""
-        try:
-            return action()
-        except Exception as error:
-            raise StoreLost.during(self.uri, what, error, unlogged or []) from error
+        :class:`StoreLost` carrying the metric rows that did not reach it. Up to ``conflicts``
+        times, a store's "exists already" (:func:`runner.stores.already_exists`: another job
+        created the same thing at the same moment, and the store rolled this call back) runs
+        ``action`` again, which then finds and reuses what the other job created."""
+        attempt = 0
+        while True:
+            try:
+                return action()
+            except Exception as error:
+                if attempt < conflicts and already_exists(error):
+                    attempt += 1
+                    continue
+                raise StoreLost.during(self.uri, what, error, unlogged or []) from error
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         now = int(time.time() * 1000)
@@ -208,7 +199,12 @@ class Tracker:
 
     def log_inputs(self, datasets: list[Any]) -> None:
         """MLflow dataset inputs (:func:`runner.record.dataset_inputs`): the UI's "Datasets"."""
-        self._call("logging datasets", lambda: self.client.log_inputs(self.run_id, datasets))
+        # Jobs of a sweep log the same datasets: on a new experiment, two may insert one at once.
+        self._call(
+            "logging datasets",
+            lambda: self.client.log_inputs(self.run_id, datasets),
+            conflicts=CONFLICT_RETRIES,
+        )
 
     def log_table(self, name: str, table: dict[str, list[Any]]) -> None:
         """A table artifact (MLflow's JSON table format) at ``name``."""
