@@ -25,9 +25,9 @@ from runner.results import RESULT_PREFIXES, record_results, summary_text
 from runner.resume import resume_target, saved_checkpoint, without_client
 from runner.signals import Interrupted, stop_on_signals
 from runner.state import save_checkpoint
-from runner.stores import bound_http_retries, prepare_store, resolve_uri
+from runner.stores import StoreLost, bound_http_retries, prepare_store, resolve_uri
 from runner.sweep import job_parent
-from runner.tracking import Bystander, Recorder, StoreLost, Tracker, start_run
+from runner.tracking import Bystander, Recorder, Tracker, start_run
 
 log = logging.getLogger("runner")
 

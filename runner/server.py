@@ -115,7 +115,7 @@ class Postgres:
         )
 
 
-def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float = 120) -> None:
+def wait_until_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
     """Until ``url``/health answers; an error if ``process`` exits or the time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

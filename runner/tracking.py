@@ -49,7 +49,7 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def _chunks(items: list, size: int) -> Iterable[list]:
+def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
     return (items[i : i + size] for i in range(0, len(items), size))
 
 
