@@ -212,9 +212,8 @@ def race_orders_table(folder: Path) -> str:
     rows = []
     for budget in (bench["race"]["max_runs"], None):
         settings = {k: record[k] for k in ("min_seeds", "max_seeds", "alpha")}
-        race = partial(
-            Race, record["candidates"], settings=RaceSettings(max_runs=budget, **settings)
-        )
+        rule_alone = RaceSettings(max_runs=budget, delta=0.0, **settings)  # no tolerance
+        race = partial(Race, record["candidates"], settings=rule_alone)
         races = seed_orders(race, table, grid["seeds"], ORDERS)
         winners = Counter(r.survivors[0] for r in races)
         runs = np.array([r.runs for r in races])
@@ -237,6 +236,53 @@ def race_orders_table(folder: Path) -> str:
         "all left among the grid's leaders",
         "runs: mean (share of the grid), most",
         "winners",
+    ]
+    return markdown_table(header, rows)
+
+
+def race_certificate_table(folder: Path) -> str:
+    """The race with a tolerance, replayed on the grid's values in :data:`ORDERS` seed orders
+    (no budget but max_seeds): how often it certifies, how often the advised candidate is within
+    delta of the grid's leader by its all-seed validation means, its certificate and its runs."""
+    from functools import partial
+
+    from experiments.race.race import CERTIFIED, ONE_LEFT, Race, seed_orders
+    from experiments.race.settings import RaceSettings
+
+    bench = load("race_bench", folder)
+    grid, record = bench["grid"], bench["race"]["record"]
+    values = values_of(load("digits_grid", folder), bench["objective"])
+    table = {(c, s): v for c, by_seed in values.items() for s, v in by_seed.items()}
+    means = grid["means"]
+    rows = []
+    for delta, min_seeds in ((0.0, 3), (1.0, 3), (2.0, 3), (2.0, 2)):
+        settings = RaceSettings(
+            min_seeds=min_seeds, max_seeds=record["max_seeds"], alpha=record["alpha"], delta=delta
+        )
+        races = seed_orders(
+            partial(Race, record["candidates"], settings=settings), table, grid["seeds"], ORDERS
+        )
+        runs = np.array([r.runs for r in races])
+        loss = np.array([100 * (means[grid["leader"]] - means[r.advised]) for r in races])
+        rows.append(
+            [
+                f"{delta:g}",
+                str(min_seeds),
+                str(ORDERS),
+                f"{100 * np.mean([r.stop_reason in (CERTIFIED, ONE_LEFT) for r in races]):.1f}%",
+                f"{100 * np.mean(loss <= delta + 1e-9):.1f}%",
+                f"{np.median([100 * r.certificate for r in races]):.2f}",
+                f"{runs.mean():.1f} ({100 * runs.mean() / grid['runs']:.0f}%)",
+            ]
+        )
+    header = [
+        "delta (points)",
+        "min_seeds",
+        "seed orders",
+        "certified within delta",
+        "advised within delta of the grid's leader",
+        "certificate: median (points)",
+        "runs: mean (share of the grid)",
     ]
     return markdown_table(header, rows)
 

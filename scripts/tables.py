@@ -27,6 +27,7 @@ from pathlib import Path
 from scripts.artifacts import RESULTS, ROOT, export_runs, load, markdown_table, runs_of
 from scripts.race_tables import (
     race_bench_table,
+    race_certificate_table,
     race_headline_table,
     race_orders_table,
     race_rounds_table,
@@ -103,6 +104,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "digits-test": report_table("digits_grid"),
     "digits-val": validation_table,
     "race-bench": race_bench_table,
+    "race-certificate": race_certificate_table,
     "race-headline": race_headline_table,
     "race-orders": race_orders_table,
     "race-rounds": race_rounds_table,

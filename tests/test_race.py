@@ -12,7 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import mlflow
 import pytest
+import torch
+from mlflow.models import Model
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
@@ -215,7 +218,7 @@ def test_a_diverging_candidate_is_out_and_the_resumed_race_replays_it(tmp_path, 
     done = race(args, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     sentence = re.search(r"samplerlab race: (use .*)\.\n", done.stdout)
-    assert sentence and sentence.group(1).startswith("use ce: best on val/balanced_accuracy")
+    assert sentence and sentence.group(1).startswith("use ce: no candidate is more than")
     said = re.search(r"ldam out in round 1: (diverged at epoch \d on seeds? [\d, ]+)", done.stdout)
     assert said, done.stdout[-3000:]
     assert f"out: ldam ({said.group(1)})" in done.stdout  # the round's console line
@@ -243,3 +246,45 @@ def test_a_diverging_candidate_is_out_and_the_resumed_race_replays_it(tmp_path, 
     _, parent, after = sweep_runs(tracking_uri)
     assert {c.info.run_id for c in after} == {c.info.run_id for c in children}  # nothing new
     assert parent.info.status == "FINISHED" and parent.data.tags["advice/winner"] == "ce"
+
+
+def test_race_children_log_no_model_and_the_advised_one_is_on_the_parent(tmp_path, tracking_uri):
+    """Lean children: no MLflow model and no plots on any child (the sweeper's defaults), its
+    checkpoint kept; the advised candidate's model rebuilt from its best seed's checkpoint,
+    logged on the parent, loadable and registered; the certificate and the epochs on the parent."""
+    dropped = ("tracking.log_model", "tracking.plots", "trainer.checkpoint_every")
+    lean = [a for a in QUICK if not a.startswith(dropped)]
+    done = race(
+        [
+            "sampler=uniform,weighted",
+            "hydra.sweeper.min_seeds=2",
+            "hydra.sweeper.max_seeds=2",
+            "trainer.epochs=1",
+            "tracking.register=race_advised",
+            *lean,
+            f"tracking.uri={tracking_uri}",
+        ],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, parent, children = sweep_runs(tracking_uri)
+    experiment = parent.info.experiment_id
+    models = client.search_logged_models([experiment])
+    assert [m.source_run_id for m in models] == [parent.info.run_id]
+    for child in children:
+        files = {a.path for a in client.list_artifacts(child.info.run_id)}
+        assert "checkpoint" in files and not any(f.endswith(".png") for f in files)
+    advised = parent.data.tags["advice/advised"]
+    source = client.get_run(parent.data.tags["advice/model_from"])
+    assert source.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert source.info.run_name.startswith(f"{advised}-")  # <sampler>-<data>-s<seed>
+    mlflow.set_tracking_uri(tracking_uri)
+    local = mlflow.artifacts.download_artifacts(f"runs:/{parent.info.run_id}/model")
+    example = Model.load(local).load_input_example(local)
+    model = mlflow.pytorch.load_model(local)
+    assert model(torch.as_tensor(example)).shape[0] == len(example)
+    assert client.get_registered_model("race_advised").name == "race_advised"
+    metrics = parent.data.metrics
+    assert metrics["advice/epochs"] == metrics["advice/runs_used"] == 4  # 1 epoch each
+    assert 0 <= metrics["advice/certificate"] < 100
+    assert "no candidate is more than" in done.stdout

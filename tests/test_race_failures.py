@@ -97,7 +97,7 @@ def test_a_survivor_failing_a_later_seed_is_out_in_that_round():
     outcomes = {**good("ce", 0.60), **good("focal", 0.60), **good("ldam", 0.20)}
     outcomes[("focal", 3)] = UserError("data.val_per_class=30: too few images of class 3\nlower it")
     race, _, _ = driver.run(
-        plan("ce", "ldam", "focal"), RaceSettings(max_seeds=5), launcher(outcomes)
+        plan("ce", "ldam", "focal"), RaceSettings(max_seeds=5, delta=0.0), launcher(outcomes)
     )
     assert race.eliminated_in == {"ldam": 1, "focal": 2}
     assert race.failure("focal") == "data.val_per_class=30: too few images of class 3 on seed 3"

@@ -92,7 +92,11 @@ def finished_race(max_runs: int | None = None) -> Race:
         table[("weighted", seed)] = 0.95 + wobble + 0.001 * (seed % 2)
         table[("hybrid", seed)] = 0.949 + wobble - 0.001 * (seed % 2)
     return replay(
-        Race(["uniform", "weighted", "hybrid"], list(range(10)), Settings(max_runs=max_runs)),
+        Race(
+            ["uniform", "weighted", "hybrid"],
+            list(range(10)),
+            Settings(max_runs=max_runs, delta=0.0),  # the rule alone: hybrid stays in
+        ),
         table,
     )
 
@@ -102,7 +106,8 @@ def test_the_answer_names_the_winner_or_the_survivors_and_every_elimination():
     assert race.stop_reason == MAX_RUNS and race.eliminated_in == {"uniform": 1}
     text = advice.sentence(race, "val/balanced_accuracy")
     assert text.startswith(
-        "use weighted (or hybrid: not separable within the budget, max_runs reached)"
+        "use weighted: no candidate is more than 0.0 points better (95%): not within delta=0 "
+        "points (max_runs reached); weighted leads on val/balanced_accuracy"
     )
     assert "uniform out in round 1 (-15.2 points [" in text
     assert "hybrid not separable from weighted (" in text
@@ -120,7 +125,8 @@ def test_a_race_with_one_survivor_says_use_it():
     race = replay(Race(["a", "b"], list(range(10))), values)
     assert race.stop_reason == ONE_LEFT and race.survivors == ["a"]
     assert advice.sentence(race, "val/macro_f1").startswith(
-        "use a: best on val/macro_f1 after 1 round (6 runs, 3 seeds); b out in round 1"
+        "use a: no candidate is more than 0.0 points better (95%), within delta=1 points; "
+        "best on val/macro_f1 after 1 round (6 runs, 3 seeds); b out in round 1"
     )
 
 

@@ -1,8 +1,11 @@
 """The race's answer, on the sweep's parent run: one sentence (printed too), ``advice.md``, a
 self-contained ``advice.html`` with the race chart, ``race.json`` (every value and decision),
-tags ``advice/winner`` (the survivor, or the survivors best first, comma-separated, when the
-race stopped before one remained) and ``advice/eliminated`` (in the order they went out), and
-metrics ``advice/runs_used``, ``advice/rounds``, ``advice/seeds``.
+tags ``advice/advised`` (the candidate to use), ``advice/winner`` (the survivor, or the
+survivors best first, comma-separated, when the race stopped before one remained) and
+``advice/eliminated`` (in the order they went out), and metrics ``advice/certificate`` (in
+points: no candidate is more than that better than the advised one, at confidence 1 - alpha),
+``advice/runs_used``, ``advice/epochs`` (the epochs of training behind the values the race
+used), ``advice/rounds``, ``advice/seeds``.
 
 Then, once, the test set: the survivors' ``final/`` metrics from their child runs beside their
 validation figures. The race never reads them; they confirm, they select nothing.
@@ -64,27 +67,38 @@ def _out_text(race: Race, candidate: str) -> str:
     return f"{where}: {failure}" if failure else f"{where} ({_diff_text(race, candidate)})"
 
 
+def guarantee(race: Race) -> str:
+    """The certificate in words: "no candidate is more than 1.2 points better (95%), within
+    delta=2 points" (or "not within delta=2 points: max_seeds reached")."""
+    confidence = f"{100 * (1 - race.alpha):g}%"
+    head = f"no candidate is more than {100 * race.certificate:.1f} points better ({confidence})"
+    if race.certificate <= race.settings.tolerance:
+        return f"{head}, within delta={race.delta:g} points"
+    why = {MAX_RUNS: "max_runs", MAX_SEEDS: "max_seeds"}.get(race.stop_reason or "", "the budget")
+    return f"{head}: not within delta={race.delta:g} points ({why} reached)"
+
+
 def sentence(race: Race, objective: str) -> str:
-    """The answer in one sentence, e.g. "use weighted: best on val/balanced_accuracy after 5
-    rounds (31 runs, 7 seeds); uniform out in round 1 (-14.9 points [-18.0, -11.8]); hybrid not
-    separable from weighted within the budget (-0.2 points [-1.0, +0.6])"."""
-    survivors = race.survivors
-    best = survivors[0]
+    """The answer in one sentence, e.g. "use weighted: no candidate is more than 1.2 points
+    better (95%), within delta=2 points; weighted leads on val/balanced_accuracy after 5 rounds
+    (31 runs, 7 seeds); uniform out in round 1 (-14.9 points [-18.0, -11.8]); hybrid not
+    separable from weighted (-0.2 points [-1.0, +0.6])"."""
+    survivors, advised = race.survivors, race.advised
+    leader = survivors[0]
     rounds = len(race.rounds)
     spent = f"after {rounds} round{'s' * (rounds != 1)} ({race.runs} runs, {race.seeds_used} seeds)"
     if len(survivors) == 1:
-        head = f"use {best}: best on {objective} {spent}"
+        how = f"best on {objective} {spent}"
     else:
-        why = {MAX_RUNS: "max_runs", MAX_SEEDS: "max_seeds"}.get(race.stop_reason or "", "")
-        head = (
-            f"use {best} (or {', '.join(survivors[1:])}: not separable within the budget"
-            f"{', ' + why + ' reached' if why else ''}): {best} leads on {objective} {spent}"
-        )
-    parts = [head]
+        how = f"{leader} leads on {objective} {spent}"
+        if advised != leader:
+            behind = race.rounds[-1].difference[advised]
+            how += f"; {advised} is {-100 * behind:.1f} points behind it and preferred"
+    parts = [f"use {advised}: {guarantee(race)}; {how}"]
     for candidate in eliminated_order(race):
         parts.append(f"{candidate} {_out_text(race, candidate)}")
     for candidate in survivors[1:]:
-        parts.append(f"{candidate} not separable from {best} ({_diff_text(race, candidate)})")
+        parts.append(f"{candidate} not separable from {leader} ({_diff_text(race, candidate)})")
     return "; ".join(parts)
 
 
@@ -146,6 +160,8 @@ def tables(
             )
             or "—",
             str(len(r.candidates) - len(r.eliminated)),
+            r.advised,
+            f"{100 * r.certificate:.1f}",
             str(r.runs),
         ]
         for r in race.rounds
@@ -164,6 +180,9 @@ def tables(
             verdict = f"out in round {race.eliminated_in[c]}" + (f": {failure}" if failure else "")
         elif c == best:
             verdict = "winner" if len(race.survivors) == 1 else "leader (survivor)"
+            verdict += ", advised" if c == race.advised else ""
+        elif c == race.advised:
+            verdict = "survivor, advised (preferred, within delta)"
         else:
             verdict = "survivor: not separable"
         if c not in look.means:  # out failing: no mean, nothing to compare
@@ -193,6 +212,8 @@ def tables(
                 "leader's mean",
                 "eliminated (vs leader)",
                 "left",
+                "advised",
+                "certificate (points)",
                 "runs",
             ],
             rounds,
@@ -262,6 +283,11 @@ def rule_text(race: Race) -> str:
         f"MCB) at the round's level. alpha={race.alpha} is spent across the {len(race.levels)} "
         f"rounds the race could have (min_seeds={race.min_seeds}, max_seeds={race.max_seeds}, "
         f"max_runs={race.max_runs}), round r getting alpha (1/r) / H_R: {levels}. "
+        f"The certificate of the advised candidate a (the leader, or the first of "
+        f"prefer={list(race.prefer)} within delta of it) is max(0, max_j mean_j - mean_a + "
+        f"d x SE) over the survivors: with probability at least {1 - race.alpha:g} over the whole "
+        f"race no candidate is better than a by more than that (Hsu's MCB bound, simultaneous "
+        f"over a). The race stops once it is within delta={race.delta:g} points. "
         f"The race stopped: {race.stop_reason}."
     )
 
@@ -333,9 +359,11 @@ def publish(
     objective: str,
     keys: Mapping[tuple[str, int], str],
     where: tuple[str, str] | None,
+    epochs: int,
 ) -> str:
     """Write the answer onto the parent run ``where`` = (uri, run id) when there is one; returns
-    the console text: the sentence and the test-set confirmation."""
+    the console text: the sentence and the test-set confirmation. ``epochs``: the epochs of
+    training behind the race's values (:func:`experiments.race.driver.epochs_trained`)."""
     confirmed = confirm(race, objective, keys, finished_runs(*where) if where else {})
     text = [f"samplerlab race: {sentence(race, objective)}."]
     metric = f"final/{objective.partition('/')[2]}"
@@ -364,13 +392,16 @@ def publish(
         "race.json": json.dumps({"objective": objective, **race.to_dict()}, indent=1) + "\n",
     }
     metrics = {
+        "advice/certificate": 100 * race.certificate,
         "advice/runs_used": race.runs,
+        "advice/epochs": epochs,
         "advice/rounds": len(race.rounds),
         "advice/seeds": race.seeds_used,
     }
     log_to_run(uri, parent, metrics, files)
     client = MlflowClient(tracking_uri=uri)
     eliminated = eliminated_order(race)
+    client.set_tag(parent, "advice/advised", race.advised)
     client.set_tag(parent, "advice/winner", ",".join(race.survivors))
     client.set_tag(parent, "advice/eliminated", ",".join(eliminated) or "(none)")
     client.set_tag(parent, "advice/objective", objective)

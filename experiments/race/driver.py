@@ -227,6 +227,23 @@ def record(race: Race, candidate: str, seed: int, result: JobReturn) -> None:
         ) from error
 
 
+def epochs_trained(returns: Sequence[Sequence[JobReturn]]) -> int:
+    """The epochs of training behind the race's values: each job that returned one counts its
+    run's epochs (``trainer.epochs`` plus a second stage's ``classifier_epochs``), also when a
+    resumed race got it back from a run trained before. A failed job's epochs are not counted
+    (where it stopped is not returned to the sweeper)."""
+    from hydra.core.utils import JobStatus
+
+    from runner.state import total_epochs
+
+    return sum(
+        total_epochs(result.cfg.trainer)
+        for batch in returns
+        for result in batch
+        if result.status == JobStatus.COMPLETED and result.cfg is not None
+    )
+
+
 def _config_key(result: JobReturn) -> str:
     """The job's run, as the runner fingerprints it (its ``config_key`` tag)."""
     if result.cfg is None:

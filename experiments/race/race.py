@@ -4,8 +4,11 @@ benchmark replays it on a grid's values, the tests drive it directly.
 
 Round 1 runs every candidate on the first ``min_seeds`` seeds; each later round adds the next
 seed to every survivor. After each round :func:`experiments.race.rule.look` eliminates at that
-round's level. The race stops when one candidate survives, after ``max_seeds`` seeds, or when the
-next round would take the race past ``max_runs`` jobs (a round is never cut short: the layout
+round's level and names the advised candidate (the leader, or the first of ``prefer`` within
+``delta`` of it) with its certificate (:func:`experiments.race.rule.certificate`: the most any
+candidate could beat it by). The race stops when one candidate survives, when the certificate is
+within ``delta``, after ``max_seeds`` seeds, or when the next round would take the race past
+``max_runs`` jobs (a round is never cut short: the layout
 must stay complete). Which jobs run depends only on the values recorded, so relaunching a
 stopped race with the same values replays the same rounds.
 
@@ -18,14 +21,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from experiments.race.rule import look, rounds_possible, spending
+from experiments.race.rule import advise, certificate, look, rounds_possible, spending
 from experiments.race.settings import RaceSettings
 
-ONE_LEFT, MAX_SEEDS, MAX_RUNS = "one candidate left", "max_seeds", "max_runs"
+ONE_LEFT, CERTIFIED, MAX_SEEDS, MAX_RUNS = (
+    "one candidate left",
+    "certificate within delta",
+    "max_seeds",
+    "max_runs",
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,8 @@ class Round:
     eliminated: tuple[str, ...]  # by the look
     failed: dict[str, str]  # out before the look: candidate -> why (see failure_text)
     runs: int  # jobs run so far, this round included, failed ones too
+    advised: str  # the leader, or the first preferred candidate within delta of it
+    certificate: float  # the most any candidate could beat `advised` by, objective units
 
 
 @dataclass
@@ -79,6 +89,15 @@ class Race:
             self.alpha,
             rounds_possible(len(self.candidates), self.min_seeds, self.max_seeds, self.max_runs),
         )
+        self.delta = self.settings.delta
+        if not (math.isfinite(self.delta) and self.delta >= 0):
+            raise ValueError(f"delta={self.delta} must be a number of points >= 0")
+        self.prefer = tuple(self.settings.prefer or ())
+        unknown = [p for p in self.prefer if p not in self.candidates]
+        if unknown:
+            raise ValueError(
+                f"prefer lists {unknown}, which are not candidates {list(self.candidates)}"
+            )
         for name in self.candidates:
             self.values.setdefault(name, {})
 
@@ -90,6 +109,17 @@ class Race:
             means = self.rounds[-1].means
             alive.sort(key=lambda c: -means[c])
         return alive
+
+    @property
+    def advised(self) -> str:
+        """The candidate the race advises (after the last look)."""
+        return self.rounds[-1].advised if self.rounds else self.candidates[0]
+
+    @property
+    def certificate(self) -> float:
+        """The most, in objective units, by which any candidate could beat :attr:`advised` at
+        confidence ``1 - alpha`` (inf before the first look)."""
+        return self.rounds[-1].certificate if self.rounds else math.inf
 
     @property
     def runs(self) -> int:
@@ -113,6 +143,8 @@ class Race:
         alive, n = self.survivors, self.seeds_used
         if len(alive) == 1:
             self.stop_reason = ONE_LEFT
+        elif self.certificate <= self.settings.tolerance:
+            self.stop_reason = CERTIFIED
         elif n >= self.max_seeds:
             self.stop_reason = MAX_SEEDS
         elif self.max_runs is not None and self.runs + len(alive) > self.max_runs:
@@ -160,6 +192,10 @@ class Race:
         means = {c: float(seen.means[0, i]) for i, c in enumerate(alive)}
         leader = alive[int(seen.leader[0])]
         out = tuple(c for i, c in enumerate(alive) if seen.eliminated[0, i])
+        after = replace(seen, alive=~seen.eliminated)  # the survivors of the look
+        prefer = [alive.index(c) for c in self.prefer if c in alive]
+        advised = advise(after, prefer, self.settings.tolerance)
+        bound = float(certificate(after, advised)[0])
         for c in out:
             self.eliminated_in[c] = number
         result = Round(
@@ -177,6 +213,8 @@ class Race:
             eliminated=out,
             failed=failed,
             runs=self.runs,
+            advised=alive[int(advised[0])],
+            certificate=bound,
         )
         self.rounds.append(result)
         return result
@@ -195,12 +233,16 @@ class Race:
             "max_seeds": self.max_seeds,
             "max_runs": self.max_runs,
             "alpha": self.alpha,
+            "delta": self.delta,
+            "prefer": list(self.prefer),
             "levels": list(self.levels),
             "values": {c: {str(s): v for s, v in vs.items()} for c, vs in self.values.items()},
             "failed": {c: {str(s): w for s, w in ws.items()} for c, ws in self.failed.items()},
             "rounds": [asdict(r) for r in self.rounds],
             "eliminated_in": dict(self.eliminated_in),
             "survivors": self.survivors,
+            "advised": self.advised,
+            "certificate": self.certificate,
             "stop_reason": self.stop_reason,
             "runs": self.runs,
         }

@@ -27,6 +27,28 @@ in round ``r`` saves up to ``R - r`` later runs, and later looks lose little to 
 (their degrees of freedom are larger, and a normal quantile grows only like
 ``sqrt(2 log(1/a))``).
 
+**The certificate: how much a choice could lose** (Hsu's MCB lower bounds, 1984, section 2).
+Let ``b`` be the truly best of the survivors, and ``E`` the event that no survivor's mean error
+beats ``b``'s by more than ``d * SE``: ``(ybar_j - mu_j) - (ybar_b - mu_b) < d * SE`` for every
+``j != b``. ``E`` is the very event the look's elimination guarantee rests on, so it holds with
+probability at least ``1 - a_r``. On ``E``, for *every* candidate ``a`` at once,
+
+    max_j mu_j - mu_a  <=  C(a) = max(0, max_{j != a} ybar_j - ybar_a + d * SE),
+
+since for ``a != b``: ``ybar_b - ybar_a + d * SE > mu_b - mu_a``. ``C(a)`` is the
+:func:`certificate`: the most by which any candidate could beat ``a`` at the look's confidence.
+Because it holds for every ``a`` simultaneously, it stays valid for an ``a`` chosen from the
+data (the leader, or the first of a preference list within ``delta`` of it). Over the race the
+looks' events fail with total probability at most ``sum a_r = alpha`` (the union bound above),
+so the certificate of the look the race stops at is valid at level ``alpha`` however the data
+chose that look: stopping "as soon as the certificate is within delta" is one more
+data-dependent stop the union bound already covers. On ``E`` the best is never eliminated, so
+the survivors' certificate covers the eliminated candidates too. Assumptions: the candidates are
+paired by seed, the paired differences are normal, and the residual variance is one for all
+candidates (pooled); unequal per-candidate variances are outside the proof and measured in
+:mod:`experiments.race.simulate`. With one survivor ``C = 0``; ``C(leader) = 0`` exactly when
+every other survivor is eliminated, so ``delta = 0`` is today's rule.
+
 **What is and is not proved.** Each look's guarantee is exact for a fixed set of candidates; the
 union bound makes the total at most ``alpha``. That the survivors of a look are chosen by the
 earlier looks of the same seeds is not covered by the proof, and the noise is assumed normal with
@@ -38,6 +60,7 @@ total error and the power on simulated races; ``tests/test_race_rule.py`` checks
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -143,6 +166,7 @@ class Look:
 
     n: int
     level: float
+    alive: np.ndarray  # (B, K) the survivors the look compared
     means: np.ndarray  # (B, K) mean objective over the n seeds
     leader: np.ndarray  # (B,) index of the highest mean among the alive (first on ties)
     df: np.ndarray  # (B,) (m - 1)(n - 1)
@@ -199,4 +223,31 @@ def look(values: np.ndarray, alive: np.ndarray, level: float) -> Look:
     margin[finite] = critical[finite] * se[finite]
     eliminated = alive & (lead[:, None] - means > margin[:, None])
     eliminated &= (m >= 2)[:, None]
-    return Look(n, level, means, leader, df, se, critical, eliminated)
+    return Look(n, level, alive, means, leader, df, se, critical, eliminated)
+
+
+def certificate(seen: Look, advised: np.ndarray) -> np.ndarray:
+    """(B,) the most by which any survivor of the look could beat ``advised`` (B,) (a survivor
+    index per race) at the look's level, in the objective's units: ``max(0, max_{j != a} ybar_j
+    - ybar_a + d * SE)`` (see the module's docstring); 0 in a race with one survivor."""
+    rows = np.arange(len(seen.leader))
+    others = seen.alive.copy()
+    others[rows, advised] = False
+    best_other = np.where(others, seen.means, -np.inf).max(axis=1)
+    bound = best_other - seen.means[rows, advised] + np.where(others.any(axis=1), seen.margin, 0)
+    return np.where(others.any(axis=1), np.maximum(bound, 0.0), 0.0)
+
+
+def advise(seen: Look, prefer: Sequence[int], delta: float) -> np.ndarray:
+    """(B,) the advised survivor of each race: the first of ``prefer`` (candidate indices, in
+    the user's order) alive and within ``delta`` (objective units) of the leader's mean, else
+    the leader."""
+    rows = np.arange(len(seen.leader))
+    advised = seen.leader.copy()
+    chosen = np.zeros(len(rows), dtype=bool)
+    lead = seen.means[rows, seen.leader]
+    for k in prefer:
+        fits = ~chosen & seen.alive[:, k] & (lead - seen.means[:, k] <= delta)
+        advised[fits] = k
+        chosen |= fits
+    return advised

@@ -20,25 +20,36 @@ import argparse
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import binom
 from scipy.stats import t as t_dist
 
-from experiments.race.rule import look, rounds_possible, spending
+from experiments.race.rule import advise, certificate, look, rounds_possible, spending
 from experiments.race.settings import RaceSettings
 
 
 @dataclass(frozen=True)
 class Outcomes:
     """``eliminated[race, k]``: the round candidate ``k`` was eliminated in (0: survived);
-    ``runs[race]`` and ``rounds[race]``: the runs and rounds the race used."""
+    ``runs[race]`` and ``rounds[race]``: the runs and rounds the race used; ``advised[race]``
+    the candidate it advised and ``certificate[race]`` its certificate at the last look
+    (objective units); ``certified[race]``: it stopped because the certificate was within
+    delta (or one candidate was left)."""
 
     eliminated: np.ndarray
     runs: np.ndarray
     rounds: np.ndarray
+    advised: np.ndarray
+    certificate: np.ndarray
+    certified: np.ndarray
+
+    def loss(self, means: Sequence[float]) -> np.ndarray:
+        """Per race: how far the advised candidate's true mean lies below the best's."""
+        true = np.asarray(means, dtype=float)
+        return true.max() - true[self.advised]
 
     def out_by(self, candidate: int, round_: int) -> np.ndarray:
         """Per race: was ``candidate`` eliminated in round ``round_`` or earlier?"""
@@ -70,8 +81,10 @@ def run_races(values: np.ndarray, settings: RaceSettings | None = None) -> Outco
     """Race every ``values[race]`` (candidates x seeds) as :class:`experiments.race.race.Race`
     does with ``settings`` (the defaults when None): the rule
     (:func:`experiments.race.rule.look` after every round, :func:`spending` over
-    :func:`rounds_possible`) and its stopping: one survivor, ``max_seeds`` seeds (at most the
-    seeds in ``values``), or a next round that would pass ``max_runs``; vectorised over races."""
+    :func:`rounds_possible`), the advice and its certificate (``prefer`` holds candidate
+    indices here, as strings or ints), and the stopping: one survivor, a certificate within
+    ``delta``, ``max_seeds`` seeds (at most the seeds in ``values``), or a next round that would
+    pass ``max_runs``; vectorised over races."""
     settings = settings or RaceSettings()
     races, k, available = values.shape
     min_seeds, max_runs = settings.min_seeds, settings.max_runs
@@ -82,6 +95,10 @@ def run_races(values: np.ndarray, settings: RaceSettings | None = None) -> Outco
     runs = np.full(races, k * min_seeds)
     rounds = np.ones(races, dtype=int)
     running = np.ones(races, dtype=bool)
+    prefer = [int(k) for k in settings.prefer or ()]
+    advised = np.zeros(races, dtype=int)
+    bound = np.full(races, np.inf)
+    certified = np.zeros(races, dtype=bool)
     for round_, n in enumerate(range(min_seeds, max_seeds + 1), start=1):
         if round_ > 1:
             survivors = alive.sum(axis=1)
@@ -95,8 +112,13 @@ def run_races(values: np.ndarray, settings: RaceSettings | None = None) -> Outco
         out = seen.eliminated & running[:, None]
         eliminated[out] = round_
         alive &= ~out
-        running &= alive.sum(axis=1) > 1
-    return Outcomes(eliminated, runs, rounds)
+        after = replace(seen, alive=alive & running[:, None])  # the look's, less its eliminated
+        chosen = advise(after, prefer, settings.tolerance)
+        advised = np.where(running, chosen, advised)
+        bound = np.where(running, certificate(after, chosen), bound)
+        certified = np.where(running, bound <= settings.tolerance, certified)
+        running &= (alive.sum(axis=1) > 1) & ~certified
+    return Outcomes(eliminated, runs, rounds, advised, bound, certified)
 
 
 def naive_races(values: np.ndarray, settings: RaceSettings | None = None) -> Outcomes:
@@ -143,7 +165,9 @@ def naive_races(values: np.ndarray, settings: RaceSettings | None = None) -> Out
         running &= alive.sum(axis=1) > 1
         if not running.any():
             break
-    return Outcomes(eliminated, runs, rounds)
+    # It has no certificate: it advises its last leader, certified only when alone.
+    alone = alive.sum(axis=1) == 1
+    return Outcomes(eliminated, runs, rounds, leader, np.where(alone, 0.0, np.inf), alone)
 
 
 def simulate_races(

@@ -7,7 +7,11 @@ the configured ``hydra/launcher``, and publish the answer on the sweep's parent 
 
 Settings (``hydra.sweeper.*``): ``params`` (the candidates, as for the basic sweeper) and the
 race's own, :class:`experiments.race.settings.RaceSettings` (``min_seeds``, ``max_seeds``,
-``max_runs``, ``alpha``; their defaults are there alone). The rule is in
+``max_runs``, ``alpha``, ``delta``, ``prefer``; their defaults are there alone).
+
+**Lean children.** Every job gets ``tracking.log_model=false tracking.plots=false`` unless the
+command line sets them: a child keeps its metrics and checkpoint, and the advised candidate's
+model alone is logged, on the parent (:mod:`experiments.race.advised_model`). The rule is in
 :mod:`experiments.race.rule`, the rounds in :mod:`experiments.race.driver`.
 
 Imported by Hydra's plugin discovery on every start: it imports Hydra and
@@ -26,6 +30,9 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.race.settings import RaceSettings
+
+# What a race's children skip unless told otherwise: the answer needs one model, no plots.
+LEAN = {"tracking.log_model": "false", "tracking.plots": "false"}
 
 
 @dataclass
@@ -101,6 +108,9 @@ class RaceSweeper(Sweeper):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([f"{k}={v}" for k, v in self.params.items()])
         overrides += parser.parse_overrides(arguments)
+        given = {o.get_key_element().lstrip("+~") for o in overrides}
+        lean = [f"{k}={v}" for k, v in LEAN.items() if k not in given]
+        overrides = parser.parse_overrides(lean) + overrides
         settings = self.settings
         plan = driver.plan_from(overrides, settings.max_seeds)
         sweep_dir = Path(self.config.hydra.sweep.dir)
@@ -115,5 +125,15 @@ class RaceSweeper(Sweeper):
         )
         objective = str(OmegaConf.select(self.config, "objective", default="objective"))
         where = driver.parent_of(self.hydra_context.callbacks)
-        print(advice.publish(race, objective, keys, where), flush=True)
+        epochs = driver.epochs_trained(returns)
+        print(advice.publish(race, objective, keys, where, epochs), flush=True)
+        if where is not None:
+            from experiments.race.advised_model import log_advised_model
+
+            loader, config = self.hydra_context.config_loader, self.config
+
+            def compose(candidate: str, seed: int) -> DictConfig:
+                return loader.load_sweep_config(config, plan.job(candidate, seed))
+
+            print(log_advised_model(race, keys, compose, where), flush=True)
         return returns
