@@ -45,8 +45,10 @@ study: install  ## a study sweep, its report on the parent run (NAME=digits; con
 # MODEL=timm:<name> (WEIGHTS=<file>): that backbone, frozen, its features computed once; the race
 # is then over the strategies and the decoupled classifiers (METHODS), each a head on them.
 METHODS ?= ce,class_balanced,fixed_class,annealed,progressive,drs,hard_mined,hybrid,mixture,crt,tau_norm,lws
-ADVISE_MODEL = $(if $(MODEL),model=timm model.name=$(patsubst timm:%,%,$(MODEL)) $(if $(WEIGHTS),model.weights=$(abspath $(WEIGHTS))) model.freeze=true trainer.augment=false +method=$(METHODS),model=small_cnn sampler=$(SAMPLERS))
-ADVISE_DATA = $(if $(filter-out digits,$(DATA)),$(if $(filter %.npz %.pt,$(DATA)),data=tensor_file data.path=$(abspath $(DATA)) $(if $(MODEL),$(ADVISE_MODEL),sampler=$(SAMPLERS)),data=torchvision data.dataset.root=$(abspath $(DATA)) $(ADVISE_MODEL) $(if $(SIZE),data.image_size=$(SIZE))) data.val_per_class=$(VAL) tracking.experiment=advise,+experiment=advise_digits)
+ADVISE_MODEL = $(if $(MODEL),model=timm model.name=$(patsubst timm:%,%,$(MODEL)) $(if $(WEIGHTS),model.weights=$(abspath $(WEIGHTS))) model.freeze=true trainer.augment=false)
+ADVISE_SOURCE = $(if $(filter %.npz %.pt,$(DATA)),data=tensor_file data.path=$(abspath $(DATA)) $(ADVISE_MODEL),data=torchvision data.dataset.root=$(abspath $(DATA)) $(or $(ADVISE_MODEL),model=small_cnn) $(if $(SIZE),data.image_size=$(SIZE)))
+ADVISE_CANDIDATES = $(if $(MODEL),+method=$(METHODS),sampler=$(SAMPLERS))
+ADVISE_DATA = $(strip $(if $(filter-out digits,$(DATA)),$(ADVISE_SOURCE) data.val_per_class=$(VAL) tracking.experiment=advise $(ADVISE_CANDIDATES),+experiment=advise_digits))
 
 advise: install  ## which sampler for your data: a race on a validation split (DATA=file.npz|file.pt|folder; MODEL=timm:<name> WEIGHTS=<file>: a frozen backbone; VAL=20 per class, BUDGET=max runs, SIZE=image px, ARGS=...)
 	$(PY) -m runner -m hydra/sweeper=race $(ADVISE_DATA) $(if $(BUDGET),hydra.sweeper.max_runs=$(BUDGET)) $(ARGS)
