@@ -113,7 +113,7 @@ gpu-check: install  ## on a GPU machine: the CUDA path end to end (device, bfloa
 	$(PY) -m scripts.bench_loop --device cuda --batches 50
 
 server: install install-server  ## shared tracking: mlflow server + PostgreSQL on 127.0.0.1:$(PORT) (data in server/)
-	$(PY) -m runner.server --port $(PORT) --folder $(CURDIR)/server
+	$(PY) -m runner.tracking.server --port $(PORT) --folder $(CURDIR)/server
 
 clean:  ## remove the venv, caches, Hydra outputs (keeps mlflow.db and mlartifacts)
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis outputs multirun site *.egg-info

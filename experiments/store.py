@@ -11,9 +11,9 @@ from urllib.parse import urlparse
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from runner import stores
 from runner.errors import UserError
-from runner.runs import child_runs as nested_runs
+from runner.tracking import stores
+from runner.tracking.runs import child_runs as nested_runs
 
 
 class StoreError(Exception):
@@ -105,7 +105,7 @@ def _class_table_metrics(client: MlflowClient, run_id: str) -> dict[str, float]:
     import json
     import tempfile
 
-    from runner.record import read_class_table
+    from runner.tracking.record import read_class_table
 
     with tempfile.TemporaryDirectory() as folder:
         try:

@@ -20,14 +20,14 @@ from runner.distributed import backend, command, from_main, is_main
 from runner.errors import UserError, explain, is_user_error
 from runner.fit import Diverged, checkpoint_payload, fit
 from runner.parts import Parts, Progress, active_sweeper, build_parts, checkpoint_path, choices
-from runner.record import environment, system_metrics
 from runner.results import RESULT_PREFIXES, record_results, summary_text
 from runner.resume import resume_target, saved_checkpoint, without_client
 from runner.signals import Interrupted, stop_on_signals
 from runner.state import save_checkpoint
-from runner.stores import StoreLost, bound_http_retries, prepare_store, resolve_uri
-from runner.sweep import job_parent
 from runner.tracking import Bystander, Recorder, Tracker, start_run
+from runner.tracking.record import environment, system_metrics
+from runner.tracking.stores import StoreLost, bound_http_retries, prepare_store, resolve_uri
+from runner.tracking.sweep import job_parent
 
 log = logging.getLogger("runner")
 

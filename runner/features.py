@@ -41,8 +41,8 @@ from runner.distributed import is_main
 from runner.errors import UserError
 from runner.feeding import Feed
 from runner.models import FeatureClassifier
-from runner.record import digest_of
 from runner.state import autocast
+from runner.tracking.record import digest_of
 
 FORMAT = 1  # of the cache files; a file of another format is computed again
 DEFAULT_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "features"

@@ -28,7 +28,6 @@ from runner.evaluation import Evaluation, evaluate
 from runner.feeding import Feed
 from runner.losses import LDAMLoss
 from runner.parts import Parts, Progress
-from runner.record import class_table, per_class_as_table
 from runner.signals import raise_if_stopped, stop_on_signals
 from runner.state import (
     TrainState,
@@ -39,6 +38,7 @@ from runner.state import (
     total_epochs,
 )
 from runner.tracking import Recorder
+from runner.tracking.record import class_table, per_class_as_table
 from samplers import Sampler, sampling_stats
 
 log = logging.getLogger("runner")

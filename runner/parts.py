@@ -37,7 +37,7 @@ from runner.losses import ClassWeightedLoss
 from runner.models import FeatureClassifier
 from runner.models.adopt import as_feature_classifier
 from runner.state import TrainState, build_state
-from runner.stores import Row
+from runner.tracking.stores import Row
 from samplers import Sampler
 
 

@@ -17,8 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config import ADDED_DEFAULTS, NEUTRAL_DEFAULTS, RUNTIME_KEYS, RunConfig, config_keys
 from runner.errors import UserError
 from runner.parts import choices
-from runner.runs import child_runs, find_run
 from runner.state import load_checkpoint
+from runner.tracking.runs import child_runs, find_run
 
 
 def resume_target(cfg: DictConfig, uri: str) -> tuple[DictConfig, PreviousRun | None]:

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.server import QUIET_SERVER, free_port, wait_until_healthy
+from runner.tracking.server import QUIET_SERVER, free_port, wait_until_healthy
 
 CHROMIUM = os.environ.get("SAMPLERLAB_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [

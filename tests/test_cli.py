@@ -20,7 +20,7 @@ def runs_of(uri: str):
 
 
 def test_default_store_is_in_the_project_folder(monkeypatch):
-    from runner.stores import PROJECT_ROOT, resolve_uri
+    from runner.tracking.stores import PROJECT_ROOT, resolve_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert resolve_uri(None) == f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from runner.server import free_port, wait_until_healthy
+from runner.tracking.server import free_port, wait_until_healthy
 from tests.helpers.cli import run_cli, run_python, start_cli, wait_for
 from tests.test_resume import history, only_run
 

@@ -17,7 +17,7 @@ from runner.features import FrozenBackbone, freeze
 from runner.feeding import place
 from runner.models import FeatureClassifier
 from runner.parts import build, build_model
-from runner.record import digest_of
+from runner.tracking.record import digest_of
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit
@@ -191,7 +191,7 @@ def trained_run(cfg, tracking_uri: str):
 
     from runner.app import run
     from runner.parts import build_parts
-    from runner.record import mlflow_pytorch
+    from runner.tracking.record import mlflow_pytorch
 
     built = build_parts(cfg).state.model
     before = {k: v.clone() for k, v in built.state_dict().items()}

@@ -15,7 +15,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from runner.server import free_port
+from runner.tracking.server import free_port
 
 HAS_RAY = importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is not None
 pytestmark = [

@@ -301,7 +301,7 @@ def test_a_real_sweep_reports_onto_its_parent_run(sweep, capsys):
 def test_the_rebuild_commands_are_named_for_the_store_they_are_for():
     """Each command by name (a NamedTuple, not a tuple behind a ``-> str``)."""
     from experiments.report.publishing import Rebuild, rebuild
-    from runner.stores import project_store
+    from runner.tracking.stores import project_store
 
     here = rebuild("abc", project_store())
     assert isinstance(here, Rebuild)

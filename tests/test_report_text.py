@@ -42,7 +42,7 @@ def _two_samplers(**params: str) -> list:
 def test_the_console_text_names_the_store_it_is_given():
     from experiments.report import build_report, console_text
     from experiments.store import Run
-    from runner.stores import project_store
+    from runner.tracking.stores import project_store
 
     report = build_report(_two_samplers(), "t", plots=False)
     parent = Run("p" * 32, "7", "sweep-x", "FINISHED", 0, {}, {})

@@ -1,4 +1,4 @@
-"""A real PostgreSQL and a real `mlflow server` (`python -m runner.server`), started once for the
+"""A real PostgreSQL and a real `mlflow server` (`python -m runner.tracking.server`), started once for the
 module: a joblib sweep into them read back complete, sweeps at once into a fresh experiment, and
 the conflicts two jobs meet when they create the same thing at the same moment, made certain by
 holding the other job's insert open in a real PostgreSQL transaction."""
@@ -25,10 +25,10 @@ from mlflow.entities import DatasetInput, InputTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from runner.runs import experiment_id
-from runner.server import free_port, wait_until_healthy
-from runner.stores import already_exists
 from runner.tracking import Tracker
+from runner.tracking.runs import experiment_id
+from runner.tracking.server import free_port, wait_until_healthy
+from runner.tracking.stores import already_exists
 
 HAS_POSTGRES = bool(
     shutil.which("initdb") or list(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
@@ -41,7 +41,7 @@ pytestmark = [
     ),
 ]
 
-SERVER = [sys.executable, "-m", "runner.server"]
+SERVER = [sys.executable, "-m", "runner.tracking.server"]
 TINY = ["trainer.epochs=1", "trainer.progress=false", "tracking.plots=false", "data.n_max=100"]
 
 

@@ -342,7 +342,7 @@ def finished_runs(uri: str, parent_run_id: str) -> dict[str, dict[str, float]]:
     """The parent's FINISHED children: config key -> metrics (the newest run per key)."""
     from mlflow.tracking import MlflowClient
 
-    from runner.runs import child_runs
+    from runner.tracking.runs import child_runs
 
     client = MlflowClient(tracking_uri=uri)
     parent = client.get_run(parent_run_id)

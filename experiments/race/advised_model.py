@@ -39,9 +39,9 @@ def log_advised_model(
 
     from runner.parts import build_parts
     from runner.results import _predictor
-    from runner.runs import child_runs
     from runner.state import load_checkpoint, total_epochs
     from runner.tracking import Tracker
+    from runner.tracking.runs import child_runs
 
     uri, parent_id = where
     seed = best_seed(race)

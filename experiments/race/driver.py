@@ -134,7 +134,7 @@ def check_candidates(plan: Plan, check: Callable[[list[str]], None]) -> None:
 
 def parent_of(callbacks: Any) -> tuple[str, str] | None:
     """(store URI, parent run id) of the sweep, from the callback that opened the parent run
-    (runner.sweep.SweepCallback keeps them as ``uri`` and ``parent_run_id``)."""
+    (runner.tracking.sweep.SweepCallback keeps them as ``uri`` and ``parent_run_id``)."""
     for callback in getattr(callbacks, "callbacks", None) or []:
         uri, parent = getattr(callback, "uri", None), getattr(callback, "parent_run_id", None)
         if uri and parent:

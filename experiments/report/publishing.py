@@ -56,7 +56,7 @@ class Rebuild(NamedTuple):
 
 def rebuild(parent_run_id: str, uri: str) -> Rebuild:
     """The commands for the report of ``parent_run_id`` in the store at ``uri`` (resolved)."""
-    from runner.stores import project_store
+    from runner.tracking.stores import project_store
 
     project = uri == project_store()
     cli = f"python -m experiments.report --parent {parent_run_id}" + (

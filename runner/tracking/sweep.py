@@ -92,7 +92,7 @@ def start(config: DictConfig) -> tuple[str, str]:
         _check_sweeper(config)
         from mlflow.tracking import MlflowClient  # after the checks: they answer at once
 
-        from runner.stores import prepare_store, resolve_uri
+        from runner.tracking.stores import prepare_store, resolve_uri
 
         uri = resolve_uri(config.tracking.uri)
         prepare_store(uri)
@@ -116,7 +116,7 @@ def _check_sweeper(config: DictConfig) -> None:
 
 
 def _parent_run(client: Any, uri: str, config: DictConfig) -> str:
-    from runner.runs import context_tags, experiment_id, find_run
+    from runner.tracking.runs import context_tags, experiment_id, find_run
 
     if config.get("resume"):
         parent = find_run(client, uri, config.resume)
@@ -166,7 +166,7 @@ def _children() -> list[int]:
 def _running_children(uri: str, parent_run_id: str) -> list[Any]:
     from mlflow.tracking import MlflowClient
 
-    from runner.runs import child_runs
+    from runner.tracking.runs import child_runs
 
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_run(parent_run_id).info.experiment_id

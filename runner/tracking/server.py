@@ -1,7 +1,7 @@
 """A shared tracking server on this machine: PostgreSQL for runs, a folder for artifacts, and
 ``mlflow server`` in front of both on 127.0.0.1.
 
-    python -m runner.server [--port 5000] [--folder server]      # make server
+    python -m runner.tracking.server [--port 5000] [--folder server]      # make server
 
 Runs point at it with ``tracking=server`` (``tracking.uri=http://127.0.0.1:5000``). The
 database lives in ``<folder>/postgres`` (created by ``initdb`` on first start, as the

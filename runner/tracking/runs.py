@@ -12,7 +12,7 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from runner.errors import UserError
-from runner.stores import already_exists, quick_http, store_error
+from runner.tracking.stores import already_exists, quick_http, store_error
 
 
 def experiment_id(client: MlflowClient, uri: str, name: str) -> str:

@@ -3,7 +3,7 @@ to resume.
 
 A run records the flattened resolved config as params, tags that make runs easy to filter, one
 ``log_batch`` per epoch (per-value ``log_metric`` costs 5-12 ms on sqlite), and artifacts. In a
-Hydra multirun (:mod:`runner.sweep`) every run is the nested child of the sweep's parent run.
+Hydra multirun (:mod:`runner.tracking.sweep`) every run is the nested child of the sweep's parent run.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config import TrackingConfig, config_key, resolved, typed
-from runner.runs import context_tags, experiment_id, find_run
 from runner.signals import held
-from runner.stores import Row, StoreLost, already_exists, project_store, resolve_uri
+from runner.tracking.runs import context_tags, experiment_id, find_run
+from runner.tracking.stores import Row, StoreLost, already_exists, project_store, resolve_uri
 
 if TYPE_CHECKING:
     from runner.data import LongTailData
@@ -142,7 +142,7 @@ class Tracker:
     ) -> T:
         """``action()``; a store that fails it (MLflow's bounded retries spent) is a
         :class:`StoreLost` carrying the metric rows that did not reach it. Up to ``conflicts``
-        times, a store's "exists already" (:func:`runner.stores.already_exists`: another job
+        times, a store's "exists already" (:func:`runner.tracking.stores.already_exists`: another job
         created the same thing at the same moment, and the store rolled this call back) runs
         ``action`` again, which then finds and reuses what the other job created."""
         attempt = 0
@@ -198,7 +198,7 @@ class Tracker:
             self._call("uploading artifacts", lambda: self.client.log_artifacts(self.run_id, tmp))
 
     def log_inputs(self, datasets: list[Any]) -> None:
-        """MLflow dataset inputs (:func:`runner.record.dataset_inputs`): the UI's "Datasets"."""
+        """MLflow dataset inputs (:func:`runner.tracking.record.dataset_inputs`): the UI's "Datasets"."""
         # Jobs of a sweep log the same datasets: on a new experiment, two may insert one at once.
         self._call(
             "logging datasets",
@@ -227,7 +227,7 @@ class Tracker:
         metrics of ``step`` to it (logging them again with the model's id)."""
         from mlflow.models import infer_signature
 
-        from runner.record import mlflow_pytorch
+        from runner.tracking.record import mlflow_pytorch
 
         with torch.no_grad():
             outputs = model(torch.as_tensor(example)).numpy()
@@ -343,7 +343,7 @@ def start_run(
     overrides, the config's fingerprint, MLflow's context tags), every resolved parameter, the
     data's class counts at step 0 (a table with many classes), its datasets (one per split) and
     ``config.yaml``; nested under ``parent_run_id`` (a sweep's parent) when given."""
-    from runner.record import class_table, dataset_inputs, per_class_as_table
+    from runner.tracking.record import class_table, dataset_inputs, per_class_as_table
 
     names = {group: choices[group] for group in ("sampler", "data", "model", "loss")}
     overridden = {o.split("=")[0].lstrip("+~") for o in overrides}
