@@ -23,7 +23,7 @@ from pathlib import Path
 
 from runner.errors import UserError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SQLITE_HEADER = b"SQLite format 3\x00"
 # Tables every MLflow database store has (its schema's version and its experiments).
 MLFLOW_TABLES = {"alembic_version", "experiments"}
