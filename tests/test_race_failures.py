@@ -175,3 +175,31 @@ def test_every_candidate_is_checked_before_any_job_runs():
         )
         driver.check_candidates(nine, sweeper.check_job)
     assert len(nine.candidates) == 9
+
+
+def test_the_candidates_are_refused_before_the_sweeps_parent_run_exists():
+    """The sweep callback's check (``RaceSweeper.check``, before it opens the parent run) composes
+    every candidate too, so a refused race leaves no parent behind; the sweep then does not
+    compose them again."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from hydra_plugins.samplerlab_race import race_sweeper
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        bad, good = (
+            loader.load_configuration(
+                "config",
+                ["hydra/sweeper=race", lr, "data.val_per_class=30"],
+                run_mode=RunMode.MULTIRUN,
+            )
+            for lr in ("trainer.lr=0.1,-1", "trainer.lr=0.1,0.05")
+        )
+        with pytest.raises(UserError, match=r"^race candidate trainer.lr=-1: config error at"):
+            race_sweeper.RaceSweeper.check(bad)
+        assert not any(c is bad for c in race_sweeper._CHECKED)
+        race_sweeper.RaceSweeper.check(good)
+        assert any(c is good for c in race_sweeper._CHECKED)

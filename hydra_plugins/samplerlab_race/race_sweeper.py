@@ -46,6 +46,21 @@ ConfigStore.instance().store(
 )
 
 
+# The multirun configs whose candidates :meth:`RaceSweeper.check` composed and checked already
+# (before the sweep's parent run): the sweep does not compose them again.
+_CHECKED: list[DictConfig] = []
+
+
+def _check_job(loader: Any, config: DictConfig, overrides: list[str]) -> None:
+    """Compose one job's config from the multirun ``config`` as the launcher will, and run the
+    runner's checks on it (values, targets, the objective)."""
+    from runner.checks import check_objective, check_targets
+
+    job = loader.load_sweep_config(config, overrides)
+    check_targets(job)
+    check_objective(job, str(config.hydra.sweeper._target_))
+
+
 class RaceSweeper(Sweeper):
     """Candidates are the combinations of the swept overrides; replicates are seeds."""
 
@@ -61,8 +76,10 @@ class RaceSweeper(Sweeper):
     @staticmethod
     def check(config: DictConfig) -> None:
         """Raise the user error a race of this composed multirun config would stop with (no
-        candidates, too few seeds, a budget below round 1), without launching anything: for a
-        caller that wants it before the sweep's parent run exists."""
+        candidates, too few seeds, a budget below round 1, a candidate whose composed config
+        the runner refuses), without launching anything: for a caller that wants it before the
+        sweep's parent run exists (the runner's sweep callback)."""
+        from hydra.core.global_hydra import GlobalHydra
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         from experiments.race import driver
@@ -74,6 +91,11 @@ class RaceSweeper(Sweeper):
         settings = RaceSettings.from_node(sweeper)
         plan = driver.plan_from(parser.parse_overrides(params + task), settings.max_seeds)
         driver.new_race(plan, settings)
+        hydra = GlobalHydra.instance()
+        if hydra.is_initialized():  # inside the app: every candidate's composed config too
+            loader = hydra.config_loader()
+            driver.check_candidates(plan, lambda job: _check_job(loader, config, job))
+            _CHECKED.append(config)
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -89,12 +111,8 @@ class RaceSweeper(Sweeper):
     def check_job(self, overrides: list[str]) -> None:
         """Compose the job's config as the launcher will and run the runner's checks on it
         (values, targets, the objective): the user error its job would stop with, at once."""
-        from runner.checks import check_objective, check_targets
-
         assert self.hydra_context is not None and self.config is not None
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
-        check_targets(config)
-        check_objective(config, str(self.config.hydra.sweeper._target_))
+        _check_job(self.hydra_context.config_loader, self.config, overrides)
 
     def sweep(self, arguments: list[str]) -> Any:
         from pathlib import Path
@@ -121,7 +139,7 @@ class RaceSweeper(Sweeper):
             plan,
             settings,
             lambda batch, first: launcher.launch(batch, initial_job_idx=first),
-            self.check_job,
+            None if any(c is self.config for c in _CHECKED) else self.check_job,
         )
         objective = str(OmegaConf.select(self.config, "objective", default="objective"))
         where = driver.parent_of(self.hydra_context.callbacks)
