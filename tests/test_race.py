@@ -4,7 +4,6 @@ synthetic data (IF 100, 2-3 epochs), a real MLflow store, a real SIGTERM."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -18,10 +17,11 @@ import torch
 from mlflow.models import Model
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.cli import environment, run_cli, runner_args
+
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
 
-ROOT = Path(__file__).resolve().parents[1]
-RUN = [sys.executable, "-m", "runner", "-m", "hydra/sweeper=race"]
+RUN = [sys.executable, *runner_args(("hydra/sweeper=race",), multirun=True)]
 # One torch thread (idle OpenMP threads spin: about half the CPU of a 2-epoch job here) and no
 # checkpoint but the one a signal takes: the jobs cost what the race needs, little more.
 QUICK = [
@@ -34,15 +34,10 @@ QUICK = [
 ]
 
 
-def environment() -> dict[str, str]:
-    """This checkout first on the path, so its hydra_plugins and code are the ones tested."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
-
-
-def race(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*RUN, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment()
+def race(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``python -m runner -m hydra/sweeper=race *args``; the test reads its exit status."""
+    return run_cli(
+        "hydra/sweeper=race", *args, cwd=cwd, multirun=True, timeout=timeout, expect=None
     )
 
 
@@ -110,7 +105,7 @@ def test_a_test_set_objective_or_no_validation_split_is_refused(tmp_path, tracki
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=environment(),
+            env=environment({"PYTHONUNBUFFERED": "1"}),
         )
         for name, args in commands.items()
     }
@@ -136,7 +131,11 @@ def test_a_race_stopped_by_sigterm_resumes_to_its_end(tmp_path, tracking_uri):
     log = tmp_path / "race.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
-            [*RUN, *args], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, env=environment()
+            [*RUN, *args],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=environment({"PYTHONUNBUFFERED": "1"}),
         )
     deadline = time.monotonic() + 240
     # Round 1 is jobs #0-#5; stop the first job of round 2 in its first epoch.
@@ -204,7 +203,7 @@ def test_the_plugin_is_found_from_outside_the_repository(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env=environment(),
+        env=environment({"PYTHONUNBUFFERED": "1"}),
     )
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert "_target_: hydra_plugins.samplerlab_race.race_sweeper.RaceSweeper" in shown.stdout
