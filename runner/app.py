@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from runner.checks import check_objective
 from runner.distributed import backend, command, from_main, is_main
-from runner.errors import UserError, explain, is_user_error
+from runner.errors import EnvironmentFailure, UserError, explain, is_user_error
 from runner.fit import Diverged, checkpoint_payload, fit
 from runner.parts import Parts, Progress, active_sweeper, build_parts, checkpoint_path, choices
 from runner.results import RESULT_PREFIXES, record_results, summary_text
@@ -37,11 +37,12 @@ FAILURE_TAG = "failure"  # why a run ended FAILED, when the failure is the user'
 def failure_reason(error: BaseException) -> str | None:
     """Why a run that raised ``error`` failed, in a few words ("diverged at epoch 2", or the
     first line of the user error), when the configuration is to blame: a divergence or a setting
-    its data or model cannot take. None for a crash (a bug) or a lost store."""
+    its data or model cannot take. None for a crash (a bug) or a failure of where it ran (a lost
+    store, a full disk: :class:`runner.errors.EnvironmentFailure`)."""
     cause = error if isinstance(error, Diverged) else error.__cause__
     if isinstance(cause, Diverged):
         return f"diverged at epoch {cause.epoch + 1}"
-    if is_user_error(error) and not isinstance(error, StoreLost):
+    if is_user_error(error) and not isinstance(error, EnvironmentFailure):
         return explain(error).splitlines()[0]
     return None
 

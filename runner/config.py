@@ -149,6 +149,7 @@ RUNTIME_KEYS = (
     "tracking.retries",
     "tracking.request_timeout",
     "tracking.log_model",
+    "tracking.plots",
     "tracking.register",
     "tracking.per_class_max",
     "tracking.system_metrics",
@@ -180,6 +181,9 @@ ADDED_RUNTIME_KEYS = (
     "tracking.system_metrics",
     "features.cache_dir",
 )
+# Runtime keys since today's fingerprint was first computed, which it kept: a run recorded then
+# is recognised by the computation that keeps them.
+LATER_RUNTIME_KEYS = ("tracking.plots",)
 ADDED_DEFAULTS = {"data.val_fraction": 0}  # keys added since, with the value runs had before
 # Keys added to every config since today's fingerprint was first computed, with the behaviour runs
 # had before them: left out of it at that value, so that those runs are still recognised.
@@ -217,20 +221,22 @@ def _drop_neutral(plain: dict[str, Any], cfg: DictConfig) -> None:
             _drop(plain, key)
 
 
-def config_key(cfg: DictConfig) -> str:
-    """A fingerprint of what the run computes (the config less :data:`RUNTIME_KEYS`): a resumed
-    sweep recognises its finished jobs by it (tag ``config_key``)."""
+def config_key(cfg: DictConfig, keep: tuple[str, ...] = ()) -> str:
+    """A fingerprint of what the run computes (the config less :data:`RUNTIME_KEYS`, but for
+    those in ``keep``): a resumed sweep recognises its finished jobs by it (tag ``config_key``)."""
     plain = resolved(cfg)
     for key in RUNTIME_KEYS:
-        _drop(plain, key)
+        if key not in keep:
+            _drop(plain, key)
     _drop_neutral(plain, cfg)
     return _fingerprint(plain)
 
 
 def config_keys(cfg: DictConfig) -> set[str]:
-    """The fingerprints a run of ``cfg`` may have been recorded with: today's, and the first
-    computation's when ``cfg`` keeps the defaults of every key added since."""
-    keys = {config_key(cfg)}
+    """The fingerprints a run of ``cfg`` may have been recorded with: today's, the one that kept
+    :data:`LATER_RUNTIME_KEYS`, and the first computation's when ``cfg`` keeps the defaults of
+    every key added since."""
+    keys = {config_key(cfg), config_key(cfg, keep=LATER_RUNTIME_KEYS)}
     plain = resolved(cfg)
     for key in FIRST_RUNTIME_KEYS:
         _drop(plain, key)

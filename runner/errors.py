@@ -18,6 +18,12 @@ class UserError(Exception):
     A subclass may set ``exit_code`` (default :data:`EXIT_USER_ERROR`)."""
 
 
+class EnvironmentFailure(UserError):
+    """A user error that comes from where the run ran, not from its configuration (a full disk,
+    a lost store): once that is fixed the same configuration can succeed, so a resumed sweep
+    runs it again rather than replaying the failure."""
+
+
 def is_user_error(error: BaseException) -> bool:
     return isinstance(
         error,

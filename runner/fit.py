@@ -254,7 +254,8 @@ def fit(
             progress.target.append(target)
             columns: dict[str, Any] = {"sampling/share": drawn, "sampling/target": target}
             metrics["train/loss"] = result.mean_loss
-            metrics["train/lr"] = state.optimizer.param_groups[0]["lr"]
+            # The classifier's (the last group): a backbone_lr factor gives the features their own.
+            metrics["train/lr"] = state.optimizer.param_groups[-1]["lr"]
             stage_one_ends = state.epoch == trainer.epochs < last
             if state.epoch == last and trainer.classifier_stage == "tau_norm":
                 metrics.update(_tau_normalise(parts, val_x))  # before the last evaluation

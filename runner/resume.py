@@ -44,7 +44,8 @@ def resume_target(cfg: DictConfig, uri: str) -> tuple[DictConfig, PreviousRun | 
     for key, before in {**ADDED_DEFAULTS, **NEUTRAL_DEFAULTS}.items():
         group, _, name = key.rpartition(".")
         node = OmegaConf.select(saved, group)
-        if isinstance(node, DictConfig) and OmegaConf.is_missing(node, name):
+        # Absent from an untyped group (model, data), missing from a typed one (trainer).
+        if isinstance(node, DictConfig) and (name not in node or OmegaConf.is_missing(node, name)):
             node[name] = before
     return saved, previous
 

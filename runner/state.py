@@ -23,7 +23,7 @@ import torch
 from runner.config import TrainerConfig
 from runner.decoupled import scale_classifier
 from runner.distributed import DataParallel, is_main
-from runner.errors import UserError
+from runner.errors import EnvironmentFailure, UserError
 from samplers import Sampler
 
 
@@ -130,13 +130,13 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
         raise _unwritable(path, buffer.getbuffer().nbytes, error) from None
 
 
-def _unwritable(path: Path, needed: int, error: OSError) -> UserError:
+def _unwritable(path: Path, needed: int, error: OSError) -> EnvironmentFailure:
     try:
         free = f"{shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free there"
     except OSError:
         free = "free space unknown"
     kept = "the previous checkpoint is kept" if path.is_file() else "there is no earlier checkpoint"
-    return UserError(
+    return EnvironmentFailure(
         f"checkpoint: cannot write {path.name} to {path.parent} ({error.strerror or error}; it "
         f"needs {needed / 2**20:.1f} MiB, {free}); {kept}\n"
         "free space there (or raise the file-size limit), then resume=<run id> continues the run "

@@ -70,7 +70,11 @@ def test_runs_recorded_before_the_fingerprint_changed_are_still_recognised():
 
     cfg = compose_config([])
     assert "c9b55afccdd269b2" in config_keys(cfg)
+    # ... and as the computation before tracking.plots became a runtime key gave it.
+    assert "7eb5c0fdd03204de" in config_keys(cfg)
+    assert config_key(compose_config(["tracking.plots=false"])) == config_key(cfg)
     assert config_key(cfg) in config_keys(cfg)
     assert "c9b55afccdd269b2" not in config_keys(compose_config(["data.imbalance_factor=50"]))
-    # A setting runs before could not have: no old fingerprint to match.
-    assert len(config_keys(compose_config(["data.val_fraction=0.1"]))) == 1
+    # A setting the first computation's runs could not have: no fingerprint of theirs to match.
+    assert "c9b55afccdd269b2" not in config_keys(compose_config(["data.val_fraction=0.1"]))
+    assert len(config_keys(compose_config(["data.val_fraction=0.1"]))) == 2

@@ -138,6 +138,18 @@ def test_failures_the_configuration_is_to_blame_for_and_crashes():
     assert failure_reason(RuntimeError("a bug")) is None
 
 
+def test_a_full_disk_is_not_the_configurations_failure(tmp_path):
+    """A checkpoint that cannot be written fails the run, but a resumed sweep must run that job
+    again once there is space: no failure is recorded for it."""
+    from runner.state import save_checkpoint
+
+    (tmp_path / "checkpoint.pt").mkdir()  # the file cannot be written where a folder stands
+    with pytest.raises(UserError) as unwritable:
+        save_checkpoint(tmp_path / "checkpoint.pt", {"train": {}, "progress": {}})
+    assert "checkpoint: cannot write" in str(unwritable.value)
+    assert failure_reason(unwritable.value) is None
+
+
 def test_every_candidate_is_checked_before_any_job_runs():
     """trainer.lr=0.1,-1: refused in one line naming the candidate and the key, nothing
     launched; nine valid candidates pass."""

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scipy.stats import t as student_t
-
+from experiments.race.chart import chart
 from experiments.race.race import MAX_RUNS, MAX_SEEDS, Race
 from experiments.stats import Interval, t_interval
 
@@ -229,49 +227,6 @@ def tables(
             confirmation,
         ),
     ]
-
-
-def chart(race: Race, objective: str) -> bytes:
-    """PNG: each candidate's mean per round with its 95% interval (pooled residual variance),
-    and its difference to the leader with the race interval; eliminations marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for k, c in enumerate(race.candidates):
-        seen = [r for r in race.rounds if c in r.candidates]
-        if not seen:  # failed in round 1: never looked at
-            continue
-        x = [r.number + (k - len(race.candidates) / 2) * 0.03 for r in seen]
-        means = [r.means[c] for r in seen]
-        # One mean's interval from the pooled residual SD s (se = s * sqrt(2 / n)).
-        half = [student_t.ppf(0.975, r.df) * r.se / math.sqrt(2) for r in seen]
-        diffs = [100 * r.difference[c] for r in seen]
-        margins = [0.0 if c == r.leader else 100 * r.margin for r in seen]
-        line = left.errorbar(x, means, yerr=half, marker="o", capsize=3, label=c)
-        right.errorbar(x, diffs, yerr=margins, marker="o", capsize=3, color=line[0].get_color())
-        if c in race.eliminated_in:
-            last = seen[-1]
-            left.plot(x[-1], last.means[c], "x", color="black", markersize=12, mew=2)
-            right.plot(x[-1], diffs[-1], "x", color="black", markersize=12, mew=2)
-    right.axhline(0, color="grey", linestyle="--", linewidth=1)
-    left.set(xlabel="round", ylabel=objective, title="mean per candidate (95% interval)")
-    right.set(
-        xlabel="round",
-        ylabel="difference to the leader (points)",
-        title="vs the leader, race interval (x: eliminated)",
-    )
-    for axis in (left, right):
-        axis.set_xticks([r.number for r in race.rounds])
-        axis.grid(alpha=0.3)
-    left.legend(fontsize=8, loc="best")
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    return buffer.getvalue()
 
 
 def rule_text(race: Race) -> str:

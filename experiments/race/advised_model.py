@@ -35,6 +35,7 @@ def log_advised_model(
     """Log the advised candidate's model on the parent run ``where`` = (uri, run id) from its
     best seed's FINISHED child (``keys``: (candidate, seed) -> config key; ``compose``: the job's
     config for (candidate, seed)); returns one console line saying where it went."""
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     from runner.parts import build_parts
@@ -62,10 +63,16 @@ def log_advised_model(
     parts = build_parts(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(child.data.tags.get("checkpoint", ""))
-        if not path.is_file():  # its folder is gone: the copy the run logged
-            path = Path(
-                client.download_artifacts(child.info.run_id, "checkpoint/checkpoint.pt", tmp)
-            )
+        if not path.is_file():  # its folder is gone: the copy the run logged, if it logged one
+            try:
+                path = Path(
+                    client.download_artifacts(child.info.run_id, "checkpoint/checkpoint.pt", tmp)
+                )
+            except MlflowException:
+                return (
+                    f"  {race.advised} on seed {seed} (run {child.info.run_id}) kept no "
+                    "checkpoint (trainer.checkpoint_every=0): no model logged on the parent"
+                )
         parts.state.load_state_dict(load_checkpoint(path)["train"])
     register = cfg.tracking.get("register")
     step = total_epochs(cfg.trainer)  # the checkpoint holds the run's last epoch

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from runner.errors import UserError
+from runner.errors import EnvironmentFailure, UserError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -106,7 +106,7 @@ def bound_http_retries(retries: int, timeout: int) -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(timeout))
 
 
-class StoreLost(UserError):
+class StoreLost(EnvironmentFailure):
     """The store stopped answering during a run, after MLflow's retries (bounded by
     ``tracking.retries`` and ``tracking.request_timeout``), or kept answering "exists already"
     after the tries again that such a conflict gets. ``unlogged``: the metric rows it may not
