@@ -210,3 +210,28 @@ def test_a_state_dict_of_the_previous_layout_loads_the_same_model(model_class):
     loaded.load_state_dict(previous)  # strict: every key found
     x = torch.randn(4, 3, 8, 8)
     assert torch.equal(loaded(x), trained(x))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("model_class", [MLP, SmallCNN, ResNet32], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("head", ["linear", "cosine"])
+def test_a_model_pickled_in_the_previous_layout_unpickles_to_the_same_model(model_class, head):
+    """An MLflow model an earlier run logged is a pickle of the module as it was then: its
+    children in the old layout. Unpickling (``__setstate__`` on a bare instance) rebuilds
+    features and classifier from them."""
+    torch.manual_seed(0)
+    trained = model_class((3, 8, 8), 10, head=head).eval()
+    state = dict(trained.__dict__)
+    if model_class is ResNet32:
+        features = trained.features
+        children = {"stem": features.stem, "blocks": features.blocks, "head": trained.classifier}
+    else:
+        children = {str(i): layer for i, layer in enumerate(trained.features)}
+        children[str(len(children))] = trained.classifier
+    state["_modules"] = children
+    del state["feature_dim"]
+    restored = model_class.__new__(model_class)
+    restored.__setstate__(state)
+    x = torch.randn(4, 3, 8, 8)
+    assert torch.equal(restored(x), trained(x))
+    assert restored.feature_dim == trained.feature_dim

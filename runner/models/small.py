@@ -30,13 +30,35 @@ def _read_previous_layout(renames: dict[str, str]) -> Callable[..., None]:
     return hook
 
 
+def _previous_pickle(
+    state: dict[str, Any], features: Callable[[list[nn.Module]], nn.Module]
+) -> None:
+    """A model pickled before it was ``features`` then ``classifier`` (an MLflow model logged by
+    an earlier run) unpickled into today's class: ``state["_modules"]`` rebuilt in place from
+    the old children, the last of which was the classifier."""
+    children = list(state["_modules"].values())
+    head = children[-1]
+    weight = head.weight
+    state["_modules"] = {"features": features(children[:-1]), "classifier": head}
+    state["feature_dim"] = weight.shape[1] if isinstance(head, nn.Linear) else weight.shape[0]
+
+
+class _SequentialLayout(FeatureClassifier):
+    """MLP and SmallCNN were one ``nn.Sequential``: the features' layers, then the classifier."""
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "features" not in state["_modules"]:
+            _previous_pickle(state, lambda layers: nn.Sequential(*layers))
+        super().__setstate__(state)
+
+
 def _sequential_renames(features: nn.Sequential) -> dict[str, str]:
     """The earlier layout was one ``nn.Sequential``: the features' layers, then the classifier."""
     renames = {str(i): f"features.{i}" for i in range(len(features))}
     return {**renames, str(len(features)): "classifier"}
 
 
-class MLP(FeatureClassifier):
+class MLP(_SequentialLayout):
     """Flatten, then ``hidden`` ReLU layers (the features), then the classifier."""
 
     def __init__(
@@ -64,7 +86,7 @@ def _conv_bn(cin: int, cout: int, stride: int = 1) -> list[nn.Module]:
     ]
 
 
-class SmallCNN(FeatureClassifier):
+class SmallCNN(_SequentialLayout):
     """Three conv-BN-ReLU stages (width, 2x, 4x; stride 2 after the first two) and global average
     pooling (the features), then the classifier: about 0.3M parameters at ``width=48``."""
 
@@ -141,3 +163,18 @@ class ResNet32(FeatureClassifier):
         for m in self.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 nn.init.kaiming_normal_(m.weight)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "features" not in state["_modules"]:  # pickled as stem, blocks, head: pooled in forward
+            _previous_pickle(
+                state,
+                lambda parts: nn.Sequential(
+                    OrderedDict(
+                        stem=parts[0],
+                        blocks=parts[1],
+                        pool=nn.AdaptiveAvgPool2d(1),
+                        flatten=nn.Flatten(),
+                    )
+                ),
+            )
+        super().__setstate__(state)
