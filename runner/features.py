@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from runner.config import MODEL_RUNNER_KEYS, resolved
+from runner.config import MODEL_RUNNER_KEYS
 from runner.data import LongTailData, Normalize
 from runner.distributed import is_main
 from runner.errors import UserError
@@ -121,7 +121,10 @@ def freeze(
         for split in SPLITS
         if getattr(data, f"{split}_x") is not None
     }
-    model_cfg = {k: v for k, v in resolved(cfg)["model"].items() if k not in MODEL_RUNNER_KEYS}
+    # The model node alone: the whole config holds Hydra's keys, some resolvable only in a job.
+    model_node = OmegaConf.to_container(cfg.model, resolve=True)
+    assert isinstance(model_node, dict)
+    model_cfg = {str(k): v for k, v in model_node.items() if k not in MODEL_RUNNER_KEYS}
     weights = weights_digest(backbone)
     precision = "bfloat16" if device.type == "cuda" else "float32"
     computed: list[tuple[Path, torch.Tensor, float]] = []

@@ -93,6 +93,24 @@ def test_features_are_computed_once_then_reused_without_a_forward_pass(tmp_path,
     assert torch.allclose(logged(images), model(swapped.test_x[:16]), atol=1e-5)
 
 
+def test_a_config_with_hydras_own_keys_unresolvable_outside_a_job_is_frozen_too(tmp_path):
+    """A job's config composed outside a launched job (the race composes the advised
+    candidate's again to log its model) holds ``hydra.sweep.subdir: ${hydra.job.num}``, which
+    only a job resolves: the cache key reads the model node alone."""
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import ROOT
+
+    overrides = ["data=digits_lt", *SMALL_CNN, "model.freeze=true", "trainer.augment=false"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(
+            "config", [*overrides, f"features.cache_dir={tmp_path}"], return_hydra_config=True
+        )
+    data = digits(cfg)
+    freeze(backbone_model(cfg, data), data, cfg, CPU)
+    assert len(list(tmp_path.glob("*.pt"))) == 2  # train and test: digits_lt has no val here
+
+
 def test_another_backbone_or_other_weights_get_their_own_entries(tmp_path, capsys):
     cfg = frozen_config(tmp_path)
     data = digits(cfg)
