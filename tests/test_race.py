@@ -124,6 +124,7 @@ def test_a_race_stopped_by_sigterm_resumes_to_its_end(tmp_path, tracking_uri):
         "sampler=uniform,weighted,hybrid",
         "hydra.sweeper.min_seeds=2",
         "hydra.sweeper.max_seeds=3",
+        "hydra.sweeper.delta=0",  # no tolerance: weighted and hybrid race on into round 2
         "trainer.epochs=3",
         *QUICK,
         f"tracking.uri={tracking_uri}",
