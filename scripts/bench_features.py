@@ -201,6 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--val", type=int, default=100, help="validation images per class")
     parser.add_argument("--archive", type=Path, default=ARCHIVE, help="the CIFAR-10 JPEG export")
     parser.add_argument("--no-random", action="store_true", help="skip the random backbone")
+    parser.add_argument(
+        "--random-size", type=int, help="input size of the random backbone (default: --size)"
+    )
     args = parser.parse_args(argv)
     folder = (args.store or Path(tempfile.mkdtemp(prefix="bench-features-"))).resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -214,7 +217,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "model=timm",
         f"model.name={BACKBONE}",
         "model.freeze=true",
-        f"model.image_size={args.size}",
         "trainer.augment=false",
         "trainer.progress=false",
         "tracking.plots=false",
@@ -225,25 +227,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": f"{os.cpu_count()} CPU cores",
         "command": "python -m scripts.bench_features " + " ".join(argv or sys.argv[1:]),
         "backbone": BACKBONE,
-        "size": args.size,
         "val_per_class": args.val,
         "candidates": CANDIDATES.split(","),
         "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest()[:16],
         "settings": {},
     }
-    summary["settings"]["pretrained"] = setting(
-        "pretrained", [*common, f"model.weights={weights}"], uri, folder / "cache"
-    )
-    if not args.no_random:
-        summary["settings"]["random"] = setting(
-            "random", [*common, "model.pretrained=false"], uri, folder / "cache"
-        )
     summary["small_cnn_from_scratch"] = small_cnn_table()
-    out = tables.RESULTS / "features_bench.json"
-    out.write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}")
-    for path in tables.write():
-        print(f"rendered tables in {path.relative_to(ROOT)}")
+    runs = {"pretrained": ([f"model.weights={weights}"], args.size)}
+    if not args.no_random:
+        runs["random"] = (["model.pretrained=false"], args.random_size or args.size)
+    for name, (
+        weights_args,
+        size,
+    ) in runs.items():  # written after each: a stopped bench keeps them
+        overrides = [*common, f"model.image_size={size}", *weights_args]
+        summary["settings"][name] = {
+            "size": size,
+            **setting(name, overrides, uri, folder / "cache"),
+        }
+        out = tables.RESULTS / "features_bench.json"
+        out.write_text(json.dumps(summary, indent=1) + "\n")
+        print(f"wrote {out.relative_to(ROOT)}")
+        for path in tables.write():
+            print(f"rendered tables in {path.relative_to(ROOT)}")
     return 0
 
 

@@ -65,7 +65,7 @@ def features_bench_table(folder: Path) -> str:
         test = race["test_balanced_accuracy"]
         rows.append(
             [
-                f"{bench['backbone']}, {name}, frozen",
+                f"{bench['backbone']}, {name}, frozen, {setting['size']} px",
                 f"{features['samples']:,} x {features['dim']} in {features['seconds']:.0f} s",
                 f"{setting['head_run_seconds']:.1f} s ({race['child_seconds_median']:.1f} s in the race)",
                 f"{race['runs']} runs, {race['seconds'] / 60:.1f} min",
