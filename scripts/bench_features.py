@@ -16,8 +16,8 @@ per class taken before the cut; the 10,000 test images), with timm's ``tf_effici
    tau-norm, LWS) on the cached features: its runs, wall time, advice, and the advised
    candidate's balanced accuracy on the test set (read once, after the race);
 4. the same with the backbone's random initialisation (``--no-random`` skips it);
-5. beside them, the small CNN from scratch on the same data: its stored table
-   (``docs/results/cifar10_lt_short.md``, not run again: about 10 minutes a run here).
+5. beside them (in the rendered table), the small CNN from scratch on the same data: its stored
+   table (``docs/results/cifar10_lt_short.md``, not run again: about 10 minutes a run here).
 
 Writes ``docs/results/features_bench.json`` and renders the tables (:mod:`scripts.tables`).
 """
@@ -183,17 +183,6 @@ def race_record(uri: str, parent: str) -> dict[str, Any]:
         return json.loads(Path(path).read_text())
 
 
-def small_cnn_table() -> dict[str, Any]:
-    """The stored small-CNN-from-scratch table of the same data (its best row and CE's)."""
-    page = tables.RESULTS / "cifar10_lt_short.md"
-    rows = {}
-    for line in page.read_text().splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) >= 4 and re.match(r"^\d+$", cells[1]):
-            rows[cells[0]] = {"seeds": int(cells[1]), "balanced_accuracy": cells[3]}
-    return {"source": "docs/results/cifar10_lt_short.md", "rows": rows, "seconds_per_run": 619}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", type=Path, help="folder for the MLflow store and the cache")
@@ -232,7 +221,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest()[:16],
         "settings": {},
     }
-    summary["small_cnn_from_scratch"] = small_cnn_table()
     runs = {"pretrained": ([f"model.weights={weights}"], args.size)}
     if not args.no_random:
         runs["random"] = (["model.pretrained=false"], args.random_size or args.size)
