@@ -41,6 +41,7 @@ from typing import Any
 
 from scripts import tables
 from scripts.artifacts import ROOT, export_runs
+from scripts.bench_race import race_record
 
 ARCHIVE = ROOT.parent / "shared" / "data" / "cifar10" / "cifar10-jpeg.tar.gz"
 DATA = ROOT / "data"
@@ -173,14 +174,6 @@ def child_seconds(uri: str, parent: str) -> list[float]:
     experiment = client.get_run(parent).info.experiment_id
     children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent}'")
     return [(r.info.end_time - r.info.start_time) / 1000 for r in children if r.info.end_time]
-
-
-def race_record(uri: str, parent: str) -> dict[str, Any]:
-    from mlflow.tracking import MlflowClient
-
-    with tempfile.TemporaryDirectory() as folder:
-        path = MlflowClient(tracking_uri=uri).download_artifacts(parent, "race.json", folder)
-        return json.loads(Path(path).read_text())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
