@@ -142,11 +142,16 @@ class Sampler(Placement, DistributedSampler[Any]):
 
     def _draw(self, distribution: Distribution, seed: int) -> torch.Tensor:
         """The global draw of one epoch (its first dimension is what ranks share)."""
-        return draw(distribution, self.index, self.num_samples, self.replacement, seed)
+        replacement = self._with_replacement(distribution)
+        return draw(distribution, self.index, self.num_samples, replacement, seed)
+
+    def _with_replacement(self, distribution: Distribution) -> bool:
+        """Whether an epoch drawing from ``distribution`` draws with replacement."""
+        return self.replacement
 
     def _prepared(self, distribution: Distribution) -> Distribution:
         """``distribution`` with the table its draws need already built (on a pool thread)."""
-        if self.replacement:
+        if self._with_replacement(distribution):
             distribution.table  # noqa: B018 (a cached property: built here, kept)
         return distribution
 

@@ -239,6 +239,12 @@ class DeferredSampler(Sampler):
     class-balanced after (epoch 160 of 200). The switch epoch follows the same rule as the
     deferred re-weighting loss (DRW), so the two switch together. ``switch_epoch`` (0-based)
     names the epoch directly instead; the cRT recipe switches when its classifier stage starts.
+
+    An instance-balanced phase before the switch (``q_before=1``, the default) is a shuffle, as
+    in the reference DRS: every sample once an epoch, in exactly :class:`UniformSampler`'s order
+    for the same seed, so a run with this sampler trains like one with the uniform sampler until
+    the switch. ``replacement`` applies to the phase after it, and to the phase before it when
+    that is not instance-balanced or draws more than the dataset (``num_samples``).
     """
 
     def __init__(
@@ -267,11 +273,20 @@ class DeferredSampler(Sampler):
             switch_epoch = int(fraction * total_epochs)
         self.switch_epoch = check_int("switch_epoch", switch_epoch, 0)
         counts = self.class_counts
-        self._before = ClassWeights(power_weights(counts, check_number("q_before", q_before)))
+        q_before = check_number("q_before", q_before)
+        # UniformSampler's weights, not power_weights(counts, 1): the same draw needs the same
+        # floats (normalised counts divided back per member are not all equal to the last bit).
+        self.shuffles_before = q_before == 1.0 and self.num_samples <= len(self.index)
+        self._before = ClassWeights(
+            counts.double() if self.shuffles_before else power_weights(counts, q_before)
+        )
         self._after = ClassWeights(power_weights(counts, check_number("q_after", q_after)))
 
     def distribution(self, epoch: int) -> Distribution:
         return self._before if epoch < self.switch_epoch else self._after
+
+    def _with_replacement(self, distribution: Distribution) -> bool:
+        return self.replacement and not (self.shuffles_before and distribution is self._before)
 
 
 class HybridSampler(Sampler):

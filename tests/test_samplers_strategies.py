@@ -342,6 +342,28 @@ def test_deferred_switches_exactly_at_its_epoch():
         samplers.DeferredSampler(LABELS)
 
 
+def test_deferred_shuffles_in_the_uniform_order_before_its_switch():
+    """As the reference DRS: every sample once an epoch before the switch, in exactly the order
+    the uniform sampler draws with the same seed (so the runs share that training), then
+    class-balanced with replacement."""
+    uniform = samplers.UniformSampler(LABELS, seed=3)
+    deferred = samplers.DeferredSampler(LABELS, total_epochs=5, seed=3)
+    for epoch in range(4):
+        uniform.set_epoch(epoch)
+        deferred.set_epoch(epoch)
+        assert torch.equal(deferred.epoch_indices(), uniform.epoch_indices())
+        assert torch.equal(deferred.target_class_shares(), uniform.target_class_shares())
+    deferred.set_epoch(4)
+    assert deferred.epoch_indices().unique().numel() < len(LABELS)  # with replacement now
+    # Not instance-balanced, or more than the dataset an epoch: drawn with replacement.
+    for sqrt in (
+        samplers.DeferredSampler(LABELS, total_epochs=5, q_before=0.5, seed=3),
+        samplers.DeferredSampler(LABELS, total_epochs=5, num_samples=2 * len(LABELS), seed=3),
+    ):
+        assert not sqrt.shuffles_before
+        assert sqrt.epoch_indices().unique().numel() < len(LABELS)
+
+
 def test_mixture_shares_per_batch_are_exact():
     current, memory = torch.arange(0, 700), torch.arange(700, 778)  # a replay memory of 78
     sampler = samplers.MixtureSampler(
