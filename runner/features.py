@@ -20,13 +20,10 @@ features are not cacheable: the backbone stays in the model, frozen, and runs on
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +37,7 @@ from runner.data import LongTailData, Normalize
 from runner.distributed import is_main
 from runner.errors import UserError
 from runner.feeding import Feed
+from runner.locks import turn
 from runner.models import FeatureClassifier
 from runner.state import autocast
 from runner.tracking.record import digest_of
@@ -48,7 +46,6 @@ FORMAT = 2  # of the cache files (2: computed channels-last); another format is 
 DEFAULT_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "features"
 EXTRACT_BATCH = 256  # samples per backbone forward pass while computing features
 LOCK_WAIT_S = 1800.0  # the longest a job waits for another computing the same features
-LOCK_POLL_S = 0.2
 SPLITS = ("train", "val", "test")
 
 
@@ -135,7 +132,8 @@ def freeze(
             digest_of(x, y), model_cfg, weights, tuple(x.shape[1:]), data.normalize, precision
         )
         path = folder / f"{data.name}-{split}-{key[:20]}.pt"
-        with _turn(path):
+        lock = path.with_name(f".{path.name}.lock")
+        with turn(lock, LOCK_WAIT_S, "features.cache_dir", f"features {path.name}", _say):
             cached = read_entry(path, key, len(x))
             if cached is not None:
                 features[split] = cached
@@ -288,40 +286,3 @@ def write_entry(path: Path, key: str, features: torch.Tensor) -> None:
             f"features.cache_dir: cannot write {path} ({error.strerror or error})\n"
             "set features.cache_dir=<a writable folder with room for the features>"
         ) from None
-
-
-@contextmanager
-def _turn(path: Path) -> Iterator[None]:
-    """Hold the lock file beside ``path`` while the block runs, waiting at most
-    :data:`LOCK_WAIT_S` for another process holding it; after that, run the block anyway
-    (writes are atomic, so two jobs computing at once both leave a whole file). The lock goes
-    with its process, so a killed job never leaves it held."""
-    lock = path.with_name(f".{path.name}.lock")
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        lock.touch()
-    except OSError as error:
-        raise UserError(
-            f"features.cache_dir: cannot create {lock} ({error.strerror or error})\n"
-            "set features.cache_dir=<a writable folder>"
-        ) from None
-    with open(lock, "a") as handle:
-        deadline = time.monotonic() + LOCK_WAIT_S
-        held, said = False, False
-        while not held:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held = True
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    _say(f"features: waited {LOCK_WAIT_S:.0f} s for {lock}; computing anyway")
-                    break
-                if not said:
-                    _say(f"features: another job is computing {path.name}; waiting for it")
-                    said = True
-                time.sleep(LOCK_POLL_S)
-        try:
-            yield
-        finally:
-            if held:
-                fcntl.flock(handle, fcntl.LOCK_UN)

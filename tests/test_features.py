@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from runner import features
 from runner.data import LongTailData
 from runner.features import FrozenBackbone, freeze
 from runner.feeding import place
+from runner.locks import turn
 from runner.models import FeatureClassifier
 from runner.parts import build, build_model
 from runner.tracking.record import digest_of
@@ -174,7 +174,7 @@ def test_a_second_job_waits_for_the_first_and_reuses_its_features(tmp_path, caps
     holding, done = threading.Event(), []
 
     def first_job() -> None:  # holds the turn while "computing", then writes the file
-        with features._turn(train):
+        with turn(train.with_name(f".{train.name}.lock"), 60, "features.cache_dir", "x", print):
             holding.set()
             time.sleep(1.0)
             train.write_bytes(saved)
@@ -187,7 +187,7 @@ def test_a_second_job_waits_for_the_first_and_reuses_its_features(tmp_path, caps
         done.append(train.is_file())
     worker.join(10)
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == f"features: another job is computing {train.name}; waiting for it"
+    assert lines[0] == f"features {train.name}: another job is computing it; waiting for it"
     assert lines[1].startswith("features: reused ") and second.calls == 0 and done == [True]
 
 
