@@ -18,8 +18,9 @@ from omegaconf import DictConfig
 from runner.checks import check_objective
 from runner.distributed import backend, command, from_main, is_main
 from runner.errors import EnvironmentFailure, UserError, explain, is_user_error
-from runner.fit import Diverged, checkpoint_payload, fit
+from runner.fit import Diverged, checkpoint_payload
 from runner.parts import Parts, Progress, active_sweeper, build_parts, checkpoint_path, choices
+from runner.prefixes import FORKED_TAG, Entry, fit_sharing, sweep_entry
 from runner.results import RESULT_PREFIXES, record_results, summary_text
 from runner.resume import resume_target, saved_checkpoint, without_client
 from runner.signals import Interrupted, stop_on_signals
@@ -71,11 +72,14 @@ def run(cfg: DictConfig) -> dict[str, float]:
             )
     parts = build_parts(cfg)
     progress = Progress()
+    # A new run of a sweep may fork from the training it shares with others (runner.prefixes).
+    entry = sweep_entry(cfg, parts) if previous is None else None
+    forked = int(previous.tags.get(FORKED_TAG, 0)) if previous is not None else 0
     if previous is not None:  # before the run reopens: a checkpoint that fails leaves it as it was
         checkpoint = from_main(lambda: saved_checkpoint(previous))
         if checkpoint is not None:
             parts.state.load_state_dict(checkpoint["train"])
-            progress = Progress.from_state(checkpoint["progress"])
+            progress.load_state_dict(checkpoint["progress"])
     with stop_on_signals():
         recorder: Recorder
         if previous is not None:
@@ -88,7 +92,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
                 Bystander.of,
             )
             path = checkpoint_path(recorder.run_id)
-        return _train_recorded(cfg, parts, recorder, progress, path, resumed=previous is not None)
+        resumed = previous is not None
+        return _train_recorded(cfg, parts, recorder, progress, path, resumed, entry, forked)
 
 
 def _train_recorded(
@@ -98,9 +103,12 @@ def _train_recorded(
     progress: Progress,
     path: Path,
     resumed: bool,
+    entry: Entry | None,
+    forked: int,
 ) -> dict[str, float]:
-    """Train with checkpoints to ``path``, record the results, and end the run with the status
-    it earned."""
+    """Train with checkpoints to ``path`` (sharing a prefix through ``entry``; ``forked``
+    epochs of a resumed run came from another's), record the results, and end the run with the
+    status it earned."""
     started = time.perf_counter()
     logged_through = 0
     try:
@@ -117,8 +125,8 @@ def _train_recorded(
         how = environment(parts.device, parts.state.world_size, backend())
         recorder.set_tags({"checkpoint": str(path), **how})  # a resumed run: how it ran last
         with system_metrics(parts.tracking, recorder, resumed):
-            fit(parts, recorder, progress, path, logged_through)
-            results = record_results(parts, progress, recorder, path)
+            forked = fit_sharing(entry, parts, recorder, progress, path, logged_through) or forked
+            results = record_results(parts, progress, recorder, path, forked)
     except Interrupted as stop:
         if stop.safe:
             save_checkpoint(path, checkpoint_payload(parts, progress))

@@ -84,6 +84,12 @@ class FeaturesConfig:
 
 
 @dataclass
+class PrefixesConfig:
+    share: bool = MISSING
+    cache_dir: str | None = MISSING
+
+
+@dataclass
 class RunConfig:
     seed: int = MISSING
     resume: str | None = MISSING
@@ -97,6 +103,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
+    prefixes: PrefixesConfig = field(default_factory=PrefixesConfig)
 
 
 def typed(node: Any, schema: type[T]) -> T:
@@ -160,6 +167,8 @@ RUNTIME_KEYS = (
     "data.in_memory",
     "data.memory_budget_gb",
     "features.cache_dir",
+    "prefixes.share",  # a run forked from a shared prefix is bit-identical to one trained alone
+    "prefixes.cache_dir",
 )
 # The first fingerprint left out fewer keys, and configs had none of the keys added since (whose
 # default a run then had in effect): a run recorded with it is recognised by that computation.
@@ -180,6 +189,8 @@ ADDED_RUNTIME_KEYS = (
     "tracking.per_class_max",
     "tracking.system_metrics",
     "features.cache_dir",
+    "prefixes.share",
+    "prefixes.cache_dir",
 )
 # Runtime keys since today's fingerprint was first computed, which it kept: a run recorded then
 # is recognised by the computation that keeps them.

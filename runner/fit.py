@@ -191,10 +191,13 @@ def fit(
     progress: Progress,
     path: Path,
     logged_through: int = 0,
+    until: int | None = None,
+    on_epoch: Callable[[], None] | None = None,
 ) -> None:
     """Every epoch: train in the sampler's order, measure what was drawn, evaluate, log once
     (steps up to ``logged_through`` were logged before a resume and are not logged again),
-    checkpoint to ``path``. Signals are held until a batch ends, then stop the loop. With
+    checkpoint to ``path``, call ``on_epoch``; stop after epoch ``until`` (default: the last;
+    called again, it continues). Signals are held until a batch ends, then stop the loop. With
     ``trainer.classifier_epochs`` (cRT, LWS) the classifier stage follows ``trainer.epochs``;
     the evaluation that ends stage one is also logged as ``stage1/*``. With
     ``trainer.classifier_stage=tau_norm`` the classifier is tau-normalised after the last epoch
@@ -215,7 +218,7 @@ def fit(
     if trainer.classifier_stage == "tau_norm":
         tau_norm_classifier(state.model)  # a head it cannot rescale is refused before training
     with stop_on_signals(deferred=True):
-        while state.epoch < last:
+        while state.epoch < (last if until is None else min(until, last)):
             if state.epoch >= trainer.epochs and not state.classifier_only:
                 start_classifier_stage(state)
             epoch = state.epoch + 1  # as printed and logged
@@ -294,6 +297,8 @@ def fit(
             every = trainer.checkpoint_every
             if every and (state.epoch % every == 0 or state.epoch == last):
                 save_checkpoint(path, checkpoint_payload(parts, progress))
+            if on_epoch is not None:
+                on_epoch()
             raise_if_stopped()
 
 

@@ -23,12 +23,18 @@ POLL_S = 0.2
 
 @contextmanager
 def turn(
-    lock: Path, wait_s: float, setting: str, what: str, say: Callable[[str], None]
+    lock: Path,
+    wait_s: float,
+    setting: str,
+    what: str,
+    say: Callable[[str], None],
+    ready: Callable[[], bool] = lambda: False,
 ) -> Iterator[bool]:
-    """Hold ``lock`` while the block runs; yields whether it is held (False: another job held
-    it without a beat for ``wait_s`` seconds, and the block runs anyway). ``setting`` names the
-    config key of the folder, for the error when the lock cannot be created there; ``what`` is
-    what the holder computes, in the lines ``say`` writes about the wait."""
+    """Hold ``lock`` while the block runs; yields whether it is held. Not held: ``ready()``
+    turned true while waiting (what this job waits for is there), or another job held it
+    without a beat for ``wait_s`` seconds; the block runs anyway. ``setting`` names the config
+    key of the folder, for the error when the lock cannot be created there; ``what`` is what
+    the holder computes, in the lines ``say`` writes about the wait."""
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
         handle = open(lock, "a")  # noqa: SIM115 (closed below; "a" leaves the holder's beat)
@@ -44,6 +50,8 @@ def turn(
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 held = True
             except BlockingIOError:
+                if ready():
+                    break
                 idle = time.time() - os.fstat(handle.fileno()).st_mtime
                 if idle >= wait_s:
                     say(

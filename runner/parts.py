@@ -89,21 +89,18 @@ class Progress:
             "unlogged": list(self.unlogged),
         }
 
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> Progress:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         def evaluation(s: dict[str, Any] | None) -> Evaluation | None:
             return Evaluation.from_state(s) if s else None
 
-        return cls(
-            drawn=[t.numpy() for t in state["drawn"]],
-            target=[t.numpy() for t in state["target"]],
-            latest=evaluation(state["latest"]),
-            latest_val=evaluation(state.get("latest_val")),  # checkpoints before it have none
-            best=evaluation(state["best"]),
-            best_epoch=state["best_epoch"],
-            best_score=state["best_score"],
-            unlogged=[tuple(row) for row in state.get("unlogged", [])],
-        )
+        self.drawn = [t.numpy() for t in state["drawn"]]
+        self.target = [t.numpy() for t in state["target"]]
+        self.latest = evaluation(state["latest"])
+        self.latest_val = evaluation(state.get("latest_val"))  # checkpoints before it have none
+        self.best = evaluation(state["best"])
+        self.best_epoch = state["best_epoch"]
+        self.best_score = state["best_score"]
+        self.unlogged = [tuple(row) for row in state.get("unlogged", [])]
 
 
 def _device(name: str) -> torch.device:

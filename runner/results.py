@@ -19,7 +19,7 @@ from runner.state import total_epochs
 from runner.tracking import Recorder
 from runner.tracking.record import class_table, per_class_as_table
 
-RESULT_PREFIXES = ("final/", "val/", "test/")
+RESULT_PREFIXES = ("final/", "val/", "test/", "cost/")
 
 
 def _figures(parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
@@ -51,10 +51,11 @@ def _figures(parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
 
 
 def record_results(
-    parts: Parts, progress: Progress, recorder: Recorder, checkpoint_path: Path
+    parts: Parts, progress: Progress, recorder: Recorder, checkpoint_path: Path, forked: int = 0
 ) -> dict[str, float]:
     """Final metrics, reports, figures and the last checkpoint. Best-epoch numbers are chosen
-    on the test set, so they are optimistic: reported in a labelled text file, not as metrics."""
+    on the test set, so they are optimistic: reported in a labelled text file, not as metrics.
+    ``cost/epochs_trained``: the run's epochs less the ``forked`` ones another job trained."""
     names = parts.data.class_names
     final, best = progress.latest, progress.best
     assert final is not None and best is not None  # the last epoch always evaluates
@@ -74,6 +75,7 @@ def record_results(
         summary["best/epoch"] = progress.best_epoch
         columns.update(best.class_columns("best"))
     last, tracking = total_epochs(parts.trainer), parts.tracking
+    summary["cost/epochs_trained"] = last - forked
     if recorder.last_step("final/balanced_accuracy") != last:
         # Once, also when the run is resumed after its end was cut short.
         if tabled:

@@ -205,7 +205,8 @@ def _resume_after_training(run_id: str, checkpoint: dict, path: Path) -> None:
     cfg = compose_config(["+method=tau_norm", *DIGITS])
     parts = build_parts(cfg)
     parts.state.load_state_dict(checkpoint["train"])
-    progress = Progress.from_state(checkpoint["progress"])
+    progress = Progress()
+    progress.load_state_dict(checkpoint["progress"])
     fit(parts, Bystander(run_id, "tau_norm"), progress, path, logged_through=3)
     saved = checkpoint["train"]["model"]
     assert all(torch.equal(v, saved[k]) for k, v in parts.state.model.state_dict().items())

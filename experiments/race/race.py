@@ -138,8 +138,9 @@ class Race:
         before :meth:`close_round`; empty when the race is over (:attr:`stop_reason` says why)."""
         if self.done:
             return []
-        if not self.rounds:
-            return [(c, s) for c in self.candidates for s in self.seeds[: self.min_seeds]]
+        if not self.rounds:  # seed by seed: runs that share training with another on a seed
+            # (runner.prefixes) find it, or say what they want of it, before the next seed's run
+            return [(c, s) for s in self.seeds[: self.min_seeds] for c in self.candidates]
         alive, n = self.survivors, self.seeds_used
         if len(alive) == 1:
             self.stop_reason = ONE_LEFT
