@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,17 +227,26 @@ def record(race: Race, candidate: str, seed: int, result: JobReturn) -> None:
         ) from error
 
 
-def epochs_trained(returns: Sequence[Sequence[JobReturn]]) -> int:
-    """The epochs of training behind the race's values: each job that returned one counts its
-    run's epochs (``trainer.epochs`` plus a second stage's ``classifier_epochs``), also when a
-    resumed race got it back from a run trained before. A failed job's epochs are not counted
-    (where it stopped is not returned to the sweeper)."""
+def epochs_trained(
+    returns: Sequence[Sequence[JobReturn]], runs: Mapping[str, Mapping[str, float]]
+) -> int:
+    """The epochs of training behind the race's values: each job that returned one counts the
+    epochs its run trained itself, its ``cost/epochs_trained`` in ``runs`` (config key ->
+    metrics, :func:`experiments.race.advice.finished_runs`): the epochs it forked from another
+    job's shared prefix (:mod:`runner.prefixes`) are that job's. A run without the metric
+    (recorded before it, or no store) counts all its epochs; one a resumed race got back from
+    an earlier sweep counts what it trained then. A failed job's epochs are not counted (where
+    it stopped is not returned to the sweeper)."""
     from hydra.core.utils import JobStatus
 
     from runner.state import total_epochs
 
     return sum(
-        total_epochs(result.cfg.trainer)
+        int(
+            runs.get(_config_key(result), {}).get(
+                "cost/epochs_trained", total_epochs(result.cfg.trainer)
+            )
+        )
         for batch in returns
         for result in batch
         if result.status == JobStatus.COMPLETED and result.cfg is not None

@@ -143,7 +143,7 @@ class RaceSweeper(Sweeper):
         )
         objective = str(OmegaConf.select(self.config, "objective", default="objective"))
         where = driver.parent_of(self.hydra_context.callbacks)
-        epochs = driver.epochs_trained(returns)
+        epochs = driver.epochs_trained(returns, advice.finished_runs(*where) if where else {})
         print(advice.publish(race, objective, keys, where, epochs), flush=True)
         if where is not None:
             from experiments.race.advised_model import log_advised_model
