@@ -14,7 +14,7 @@ NPROC  ?= 2
 SAMPLERS ?= uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture
 VAL      ?= 20
 
-.PHONY: help install install-frameworks install-browser install-server run sweep study advise paper ddp test test-quick lint docs bench bench-features bench-race tables report ui server gpu-check clean
+.PHONY: help install install-frameworks install-browser install-server install-system run sweep study advise paper ddp test test-quick lint docs bench bench-features bench-race tables report ui server gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -67,7 +67,7 @@ $(FRAMEWORKS_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[frameworks]'
 	touch $(FRAMEWORKS_STAMP)
 
-test: install install-frameworks install-browser install-server  ## the test suite (three processes on two cores: many tests wait on servers and signals; a module stays in one)
+test: install install-frameworks install-system  ## the test suite (three processes on two cores: many tests wait on servers and signals; a module stays in one)
 	$(PY) -m pytest -q -n 3 --dist loadfile
 
 test-quick: install  ## the unit tests alone (in one process, about a minute)
@@ -101,6 +101,14 @@ tables: install  ## re-render every results table in docs/ from docs/results/*.j
 
 report: install  ## the newest sweep's report, onto its parent run (PARENT=id, EXPERIMENT=samplerlab)
 	$(PY) -m experiments.report $(if $(PARENT),--parent $(PARENT),--experiment $(or $(EXPERIMENT),samplerlab))
+
+# Debian's packages the suite needs that are missing, fetched in one apt-get call: one index
+# update instead of one per package saves CI its second `apt-get update`.
+SYSTEM_MISSING = $(strip $(if $(shell command -v chromium),,chromium) \
+	$(if $(shell command -v initdb || ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null),,postgresql))
+
+install-system:  ## chromium and PostgreSQL for make test, in one apt-get install (as root)
+	$(if $(SYSTEM_MISSING),apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_MISSING),@true)
 
 install-browser:  ## Debian's chromium for the browser test (as root; CI runs it before make test)
 	command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
