@@ -73,7 +73,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     parts = build_parts(cfg)
     progress = Progress()
     # A new run of a sweep may fork from the training it shares with others (runner.prefixes).
-    entry = sweep_entry(cfg, parts) if previous is None else None
+    entry = sweep_entry(cfg, parts, job_parent()) if previous is None else None
     forked = int(previous.tags.get(FORKED_TAG, 0)) if previous is not None else 0
     if previous is not None:  # before the run reopens: a checkpoint that fails leaves it as it was
         checkpoint = from_main(lambda: saved_checkpoint(previous))

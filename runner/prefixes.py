@@ -39,7 +39,6 @@ from runner.losses import ClassWeightedLoss
 from runner.parts import Parts, Progress
 from runner.state import load_checkpoint, save_checkpoint, total_epochs
 from runner.tracking import Recorder
-from runner.tracking.sweep import job_parent
 from samplers import DeferredSampler, Sampler, UniformSampler
 
 log = logging.getLogger("runner")
@@ -103,10 +102,9 @@ def cache_root(cfg: DictConfig) -> Path:
     return Path(cfg.prefixes.cache_dir or DEFAULT_CACHE).expanduser()
 
 
-def sweep_entry(cfg: DictConfig, parts: Parts) -> Entry | None:
-    """Where this run meets the jobs of its sweep that share its prefix; None outside a sweep,
-    with ``prefixes.share=false``, or when it shares no epoch."""
-    parent = job_parent()
+def sweep_entry(cfg: DictConfig, parts: Parts, parent: str | None) -> Entry | None:
+    """Where this run meets the jobs of its sweep (parent run ``parent``) that share its
+    prefix; None outside a sweep, with ``prefixes.share=false``, or when it shares no epoch."""
     if parent is None or not cfg.prefixes.share:
         return None
     prefix = declared_prefix(cfg, parts)

@@ -112,8 +112,33 @@ def features_bench_table(folder: Path) -> str:
     return markdown_table(header, rows)
 
 
+def prefixes_bench_table(folder: Path) -> str:
+    """``scripts.bench_prefixes``: the published-recipe race with and without shared prefixes."""
+    bench = load("prefixes_bench", folder)
+    rows = [
+        [
+            name,
+            str(bench[name]["runs"]),
+            str(bench[name]["epochs"]),
+            f"{bench[name]['wall_s'] / 60:.1f} min",
+            f"{bench[name]['load'][0]:.1f} / {bench[name]['load'][1]:.1f}",
+            str(bench[name]["advised"]),
+            f"{bench[name]['certificate_points']:.2f}",
+        ]
+        for name in ("alone", "shared")
+    ]
+    header = ["prefixes", "runs", "epochs trained", "wall", "load before / after", "advised"]
+    table = markdown_table([*header, "certificate (points)"], rows)
+    same = "the same" if bench["same_values"] else "NOT the same"
+    return (
+        f"{table}\nShared: {bench['epochs_ratio']:.0%} of the epochs, {bench['wall_ratio']:.0%} "
+        f"of the wall time; every run's validation value {same} as alone.\n"
+    )
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "features-bench": features_bench_table,
+    "prefixes-bench": prefixes_bench_table,
     "digits-test": report_table("digits_grid"),
     "digits-val": validation_table,
     "race-bench": race_bench_table,
