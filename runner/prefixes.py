@@ -141,11 +141,8 @@ class Entry:
 
     def latest(self) -> Path | None:
         """The snapshot at the latest epoch up to this job's."""
-        epochs = [
-            int(p.stem.split("-")[1])
-            for p in self.folder.glob("epoch-*.pt")
-            if int(p.stem.split("-")[1]) <= self.prefix.epochs
-        ]
+        saved = (int(p.stem.split("-")[1]) for p in self.folder.glob("epoch-*.pt"))
+        epochs = [e for e in saved if e <= self.prefix.epochs]
         return self.snapshot(max(epochs)) if epochs else None
 
 

@@ -65,12 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         print(f"  {name}: {results[name]['epochs']} epochs, {seconds:.0f} s", flush=True)
     alone, shared = results["alone"], results["shared"]
+    epochs = {name: float(str(r["epochs"])) for name, r in results.items()}
+    wall = {name: float(str(r["wall_s"])) for name, r in results.items()}
     out = {
         "command": "python -m runner -m " + " ".join([*RECIPE, *settings]),
         **results,
         "same_values": alone["values"] == shared["values"],
-        "epochs_ratio": round(int(shared["epochs"]) / int(alone["epochs"]), 3),  # type: ignore[call-overload]
-        "wall_ratio": round(float(shared["wall_s"]) / float(alone["wall_s"]), 3),  # type: ignore[arg-type]
+        "epochs_ratio": round(epochs["shared"] / epochs["alone"], 3),
+        "wall_ratio": round(wall["shared"] / wall["alone"], 3),
     }
     path = ROOT / "docs" / "results" / "prefixes_bench.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
