@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from runner.tracking.server import free_port, wait_until_healthy
-from tests.helpers.cli import run_cli, run_python, start_cli, wait_for
+from runner.tracking.server import QUIET_SERVER, free_port, wait_until_healthy
+from tests.helpers.cli import environment, run_cli, run_python, start_cli, wait_for
 from tests.test_resume import history, only_run
 
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
@@ -63,6 +63,7 @@ def _server(port: int, folder: Path) -> subprocess.Popen:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=environment(QUIET_SERVER),  # no job-queue consumers: a server, not ten processes
         start_new_session=True,  # its workers with it, to stop them all at once
     )
     wait_until_healthy(f"http://127.0.0.1:{port}", server)

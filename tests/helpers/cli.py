@@ -1,19 +1,30 @@
 """The project's command lines run as a user runs them, in real subprocesses: to completion
 (:func:`run_cli`; any module with :func:`run_python`) or started in the background for signal tests
 (:func:`start_cli`, :func:`wait_for`). A run that ends otherwise than expected fails the test
-with its command line, exit status and the ends of its output in one message."""
+with its command line, exit status and the ends of its output in one message.
+
+``python -m module ...`` run to completion is forked from a warm interpreter
+(:mod:`tests.helpers.warm`): the same process from its arguments on, without the 5 s of imports.
+Commands with a ``preexec_fn``, other interpreter arguments and the background runs of
+:func:`start_cli` start a fresh interpreter, as do the tests that check start-up itself."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.warm import WarmInterpreter
 
 ROOT = Path(__file__).resolve().parents[2]
 TAIL = 3000  # characters of each stream a failure shows
@@ -66,23 +77,10 @@ def run_python(
     The test fails (with the command, its status and the tails of stdout and stderr) when the
     exit status is not ``expect`` (``None``: any status is returned) or the time runs out."""
     command = [sys.executable, *args]
-    try:
-        done = subprocess.run(
-            command,
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=environment(env),
-            preexec_fn=preexec_fn,
-        )
-    except subprocess.TimeoutExpired as late:
-        pytest.fail(
-            _report(
-                command, f"still running after {timeout} s", _text(late.stdout), _text(late.stderr)
-            ),
-            pytrace=False,
-        )
+    if args[:1] == ("-m",) and len(args) > 1 and preexec_fn is None:
+        done = _run_warm(command, cwd, timeout, environment(env))
+    else:
+        done = _run_fresh(command, cwd, timeout, environment(env), preexec_fn)
     if expect is not None and done.returncode != expect:
         pytest.fail(
             _report(
@@ -94,6 +92,62 @@ def run_python(
             pytrace=False,
         )
     return done
+
+
+def _run_fresh(
+    command: list[str],
+    cwd: Path,
+    timeout: float,
+    env: dict[str, str],
+    preexec_fn: Callable[[], None] | None,
+) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            command,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            preexec_fn=preexec_fn,
+        )
+    except subprocess.TimeoutExpired as late:
+        pytest.fail(
+            _report(
+                command, f"still running after {timeout} s", _text(late.stdout), _text(late.stderr)
+            ),
+            pytrace=False,
+        )
+
+
+_warm: list[WarmInterpreter] = []  # this process's warm interpreter, once started
+
+
+def _run_warm(
+    command: list[str], cwd: Path, timeout: float, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    if not _warm:
+        _warm.append(WarmInterpreter(environment(), ROOT))
+        atexit.register(_warm[0].close)
+    folder = Path(tempfile.mkdtemp(prefix="cli-"))
+    out, err = folder / "stdout", folder / "stderr"
+    try:
+        pid = _warm[0].start(command[2], command[3:], cwd, env, out, err)
+        returncode = _warm[0].wait(pid, timeout)
+        if returncode is None:
+            os.kill(pid, signal.SIGKILL)
+            _warm[0].wait(pid, 30)
+            pytest.fail(
+                _report(command, f"still running after {timeout} s", _read(out), _read(err)),
+                pytrace=False,
+            )
+        return subprocess.CompletedProcess(command, returncode, _read(out), _read(err))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _read(path: Path) -> str:
+    return path.read_bytes().decode(errors="replace") if path.exists() else ""
 
 
 def run_cli(
