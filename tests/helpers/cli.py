@@ -5,8 +5,8 @@ with its command line, exit status and the ends of its output in one message.
 
 ``python -m module ...`` run to completion is forked from a warm interpreter
 (:mod:`tests.helpers.warm`): the same process from its arguments on, without the 5 s of imports.
-Commands with a ``preexec_fn``, other interpreter arguments and the background runs of
-:func:`start_cli` start a fresh interpreter, as do the tests that check start-up itself."""
+So are the background runs of :func:`start_cli`. Commands with a ``preexec_fn`` or other
+interpreter arguments start a fresh interpreter, as do the tests that check start-up itself."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.warm import WarmInterpreter
+from tests.helpers.warm import WarmInterpreter, WarmProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 TAIL = 3000  # characters of each stream a failure shows
@@ -123,20 +123,24 @@ def _run_fresh(
 _warm: list[WarmInterpreter] = []  # this process's warm interpreter, once started
 
 
-def _run_warm(
-    command: list[str], cwd: Path, timeout: float, env: dict[str, str]
-) -> subprocess.CompletedProcess[str]:
+def _interpreter() -> WarmInterpreter:
     if not _warm:
         _warm.append(WarmInterpreter(environment(), ROOT))
         atexit.register(_warm[0].close)
+    return _warm[0]
+
+
+def _run_warm(
+    command: list[str], cwd: Path, timeout: float, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     folder = Path(tempfile.mkdtemp(prefix="cli-"))
     out, err = folder / "stdout", folder / "stderr"
     try:
-        pid = _warm[0].start(command[2], command[3:], cwd, env, out, err)
-        returncode = _warm[0].wait(pid, timeout)
+        pid = _interpreter().start(command[2], command[3:], cwd, env, out, err)
+        returncode = _interpreter().wait(pid, timeout)
         if returncode is None:
             os.kill(pid, signal.SIGKILL)
-            _warm[0].wait(pid, 30)
+            _interpreter().wait(pid, 30)
             pytest.fail(
                 _report(command, f"still running after {timeout} s", _read(out), _read(err)),
                 pytrace=False,
@@ -174,21 +178,19 @@ def run_cli(
 
 def start_cli(
     *overrides: str, cwd: Path, log: Path, uri: str | None = None, multirun: bool = False
-) -> subprocess.Popen[bytes]:
-    """``python -m runner`` started in the background, stdout and stderr unbuffered into
-    ``log``, for a test to signal; the test waits for it (``process.wait(timeout=...)``)."""
-    with open(log, "w") as out:
-        return subprocess.Popen(
-            [sys.executable, *runner_args(overrides, uri, multirun)],
-            cwd=cwd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=environment({"PYTHONUNBUFFERED": "1"}),
-        )
+) -> WarmProcess:
+    """``python -m runner`` started in the background (forked from the warm interpreter),
+    stdout and stderr unbuffered into ``log``, for a test to signal; the test waits for it
+    (``process.wait(timeout=...)``)."""
+    args = runner_args(overrides, uri, multirun)
+    env = environment({"PYTHONUNBUFFERED": "1"})
+    log.write_bytes(b"")  # there before the child opens it: the test may read it at once
+    pid = _interpreter().start(args[1], args[2:], cwd, env, log, log)
+    return WarmProcess(_interpreter(), pid, [sys.executable, *args])
 
 
 def wait_for(
-    log: Path, text: str, process: subprocess.Popen[bytes], after: str = "", timeout: float = 240
+    log: Path, text: str, process: WarmProcess, after: str = "", timeout: float = 240
 ) -> None:
     """Until ``text`` appears in ``log`` (after the first ``after``); fails if the process ends
     first or ``timeout`` seconds pass."""

@@ -65,9 +65,13 @@ def _become(request: dict[str, Any]) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a fresh start
     with open(os.devnull, "rb") as nothing:
         os.dup2(nothing.fileno(), 0)
-    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-        with open(path, "wb") as stream:
-            os.dup2(stream.fileno(), fd)
+    with open(request["stdout"], "wb") as stream:
+        os.dup2(stream.fileno(), 1)
+    if request["stderr"] == request["stdout"]:  # one stream, as stderr=subprocess.STDOUT makes
+        os.dup2(1, 2)
+    else:
+        with open(request["stderr"], "wb") as stream:
+            os.dup2(stream.fileno(), 2)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -150,6 +154,34 @@ def serve() -> None:
             running.discard(pid)
             if open_requests:
                 reply({"pid": pid, "returncode": os.waitstatus_to_exitcode(wait_status)})
+
+
+class WarmProcess:
+    """A command the warm interpreter forked, with the part of :class:`subprocess.Popen` that
+    tests use: ``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``, ``kill``."""
+
+    def __init__(self, interpreter: WarmInterpreter, pid: int, args: list[str]) -> None:
+        self.interpreter, self.pid, self.args = interpreter, pid, args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.interpreter.wait(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self.interpreter.wait(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        if self.poll() is None:  # as Popen: never a signal to a pid that may be reused
+            os.kill(self.pid, number)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 class WarmInterpreter:
