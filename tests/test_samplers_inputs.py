@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import samplers
-from samplers._draw import _permutation
+from samplers._seeding import generator_for
+from samplers._shuffle import permutation
 from samplers._tables import AliasTable, GuideTable
 from tests.helpers.strategies import LABELS
 
@@ -135,15 +136,14 @@ def test_guide_table_steps_through_crowded_buckets_exactly():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 70_000), st.integers(0, 2**62), st.integers(0, 70_000))
-def test_shuffles_are_torch_randperm(size, seed, count):
-    # The order contract: an int32 shuffle must be the very permutation randperm gives.
-    def generator() -> torch.Generator:
-        return torch.Generator().manual_seed(seed)
-
-    shuffled = _permutation(size, generator(), count)
+@given(st.integers(1, 70_000), st.integers(0, 2**62), st.integers(0, 3), st.integers(0, 70_000))
+def test_small_shuffles_are_torch_randperm(size, seed, stream, count):
+    # The order contract up to SEQUENTIAL_MAX items: the very permutation randperm gives (it is
+    # built in int32, whose swaps take their positions from the generator as int64's do).
+    shuffled = permutation(size, seed, stream, count)
     assert shuffled.dtype == torch.long
-    assert torch.equal(shuffled, torch.randperm(size, generator=generator())[:count])
+    expected = torch.randperm(size, generator=generator_for(seed, stream))[:count]
+    assert torch.equal(shuffled, expected)
 
 
 def test_mixture_validation():
