@@ -62,22 +62,29 @@ def _started_pool() -> ThreadPoolExecutor:
 def run_tasks(tasks: Sequence[Callable[[], object]]) -> None:
     """Run independent ``tasks`` (each seeded on its own) on the drawing pool.
 
-    Inside a pool thread the tasks run inline: nested waits on one pool could deadlock.
+    Inside a pool thread (a part drawn in the background, say) the tasks go to the pool too,
+    but that thread runs every one of them that no other thread has started yet: it waits
+    only on tasks already running elsewhere, deeper in the same work, which never wait on it,
+    so nested waits cannot deadlock even when every thread waits.
     """
-    if getattr(_in_worker, "active", False):
-        for task in tasks:
-            task()
+    in_worker = getattr(_in_worker, "active", False)
+    if in_worker and len(tasks) == 1:
+        tasks[0]()
         return
     pool = _started_pool()
-    for future in [pool.submit(task) for task in tasks]:
-        future.result()  # torch releases the GIL inside its kernels; errors surface here
+    futures = [pool.submit(task) for task in tasks]
+    for future, task in zip(futures, tasks, strict=True):
+        if in_worker and future.cancel():
+            task()
+        else:
+            future.result()  # torch releases the GIL inside its kernels; errors surface here
 
 
 def in_background(fn: Callable[[], T]) -> Callable[[], T]:
     """Start ``fn()`` on a pool thread and return a function that waits for its result (and
     raises its error), so that the caller can meanwhile hand the pool other work.
 
-    Inside a pool thread ``fn()`` runs at once, as nested tasks do in :func:`run_tasks`.
+    Inside a pool thread ``fn()`` runs at once: that thread would only wait for it.
     """
     if getattr(_in_worker, "active", False):
         result = fn()
