@@ -73,11 +73,18 @@ def run_tasks(tasks: Sequence[Callable[[], object]]) -> None:
         return
     pool = _started_pool()
     futures = [pool.submit(task) for task in tasks]
-    for future, task in zip(futures, tasks, strict=True):
-        if in_worker and future.cancel():
-            task()
-        else:
-            future.result()  # torch releases the GIL inside its kernels; errors surface here
+    if in_worker:
+        # Take every task that no other thread has started before waiting on any: a thread
+        # that waits first finds the next task taken whenever it wakes up.
+        started = []
+        for future, task in zip(futures, tasks, strict=True):
+            if future.cancel():
+                task()
+            else:
+                started.append(future)
+        futures = started
+    for future in futures:
+        future.result()  # torch releases the GIL inside its kernels; errors surface here
 
 
 def in_background(fn: Callable[[], T]) -> Callable[[], T]:
@@ -118,3 +125,4 @@ def in_chunks(
 
     run_tasks([partial(fill, chunk) for chunk in chunks(count)])
     return out
+
