@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import samplers
+from samplers._pool import CHUNK
 from samplers._seeding import generator_for
 from samplers._shuffle import permutation
 from samplers._tables import AliasTable, GuideTable
@@ -132,6 +133,28 @@ def test_guide_table_steps_through_crowded_buckets_exactly():
     assert table.steps == 1
     u = torch.rand(200_000, dtype=torch.float64, generator=generator) * table.total
     u = torch.cat([u, table.ends[:-1], torch.zeros(1, dtype=torch.float64)])
+    assert torch.equal(table.lookup(u), torch.searchsorted(table.ends, u, right=True))
+
+
+def test_a_guide_table_built_in_chunks_is_the_whole_table():
+    # A chunk and the next chunk's start that weigh nothing, a zero weight at a chunk's end and
+    # one item with nearly all the weight, whose chunk fills most of the guide.
+    generator = torch.Generator().manual_seed(1)
+    w = torch.rand(5 * CHUNK + 123, dtype=torch.float64, generator=generator)
+    w[CHUNK : 2 * CHUNK + 7] = 0.0
+    w[3 * CHUNK - 1] = 0.0
+    w[4 * CHUNK + 5] = 1e6
+    table = GuideTable(w)
+    assert (torch.diff(table.ends) >= 0).all()
+    widths = torch.diff(table.ends, prepend=torch.zeros(1, dtype=torch.float64)) / table.total
+    assert torch.allclose(widths, w / w.sum(), rtol=1e-9, atol=1e-12)
+    # guide[j]: how many items end at or before point j, item i ending at ceil(ends[i]).
+    buckets = table.guide.numel() - 1
+    ends_at = torch.ceil(table.ends).long().clamp(max=buckets + 1)
+    expected = torch.searchsorted(ends_at, torch.arange(buckets + 1), right=True)
+    assert torch.equal(table.guide.long(), expected)
+    u = torch.rand(100_000, dtype=torch.float64, generator=generator) * table.total
+    u = torch.cat([u, table.ends[:-1]])
     assert torch.equal(table.lookup(u), torch.searchsorted(table.ends, u, right=True))
 
 
