@@ -17,7 +17,15 @@ import torch
 
 from samplers._seeding import generator_for
 
-__all__ = ["CHUNK", "chunks", "in_background", "in_chunks", "on_pool_thread", "run_tasks"]
+__all__ = [
+    "CHUNK",
+    "chunks",
+    "in_background",
+    "in_chunks",
+    "on_pool_thread",
+    "over_chunks",
+    "run_tasks",
+]
 
 T = TypeVar("T")
 
@@ -126,3 +134,14 @@ def in_chunks(
     run_tasks([partial(fill, chunk) for chunk in chunks(count)])
     return out
 
+
+def over_chunks(count: int, fn: Callable[[slice], T]) -> list[T]:
+    """``fn(part)`` for the slice of each ``CHUNK``-sized chunk of ``count`` items, on the
+    drawing pool; the results in chunk order."""
+    results: dict[int, T] = {}
+
+    def run(chunk: int) -> None:
+        results[chunk] = fn(slice(chunk * CHUNK, (chunk + 1) * CHUNK))
+
+    run_tasks([partial(run, chunk) for chunk in chunks(count)])
+    return [results[chunk] for chunk in chunks(count)]
