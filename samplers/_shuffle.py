@@ -1,4 +1,4 @@
-"""Uniformly random permutations: ``randperm`` while it runs in cache, above that a bucket
+"""Uniformly random permutations: ``randperm`` up to a few million items, above that a bucket
 shuffle in chunks on the drawing pool."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import torch
 from samplers._pool import CHUNK, run_tasks
 from samplers._seeding import branch_seed, generator_for, sub_seed
 
-__all__ = ["SEQUENTIAL_MAX", "permutation"]
+__all__ = ["SEQUENTIAL_MAX", "bucket_shuffle", "permutation"]
 
 #: Up to this many items a permutation is one ``randperm``. Its swaps miss the cache more the
-#: larger it is (per item 10x slower at 10^7 items than at 6.5 * 10^4); above this size the
-#: bucket shuffle is faster even on one thread (as when the other pool threads are busy).
+#: larger it is (per item 10x slower at 10^7 items than at 6.5 * 10^4): around this size it
+#: takes about as long as the bucket shuffle on one thread, above it longer.
 SEQUENTIAL_MAX = 1 << 22
 #: A bucket shuffle's buckets hold between half this and this many items on average, so that
 #: each bucket's own shuffle runs in cache.
