@@ -53,8 +53,8 @@ def bucket_shuffle(
     needs no rejection). Each chunk of ``chunk`` items draws how many of its items go to each
     bucket (a bucket number per item, counted) and which ones (a shuffle of the chunk, cut into
     runs of those lengths), writing its runs to ranges that no other chunk writes; then each
-    bucket is shuffled from its own generator. Every step is in cache, where one ``randperm``
-    over all items misses it at nearly every swap.
+    bucket is shuffled from its own generator. Each step works on one chunk or one bucket at a
+    time, where one ``randperm`` over all items misses the cache at nearly every swap.
     """
     count = size if count is None else count
     buckets = 1 << max(0, (-(-size // bucket) - 1).bit_length())
