@@ -17,7 +17,15 @@ import torch
 
 from samplers._seeding import generator_for
 
-__all__ = ["CHUNK", "chunks", "in_background", "in_chunks", "on_pool_thread", "run_tasks"]
+__all__ = [
+    "CHUNK",
+    "chunks",
+    "in_background",
+    "in_chunks",
+    "on_pool_thread",
+    "over_chunks",
+    "run_tasks",
+]
 
 T = TypeVar("T")
 
@@ -62,14 +70,28 @@ def _started_pool() -> ThreadPoolExecutor:
 def run_tasks(tasks: Sequence[Callable[[], object]]) -> None:
     """Run independent ``tasks`` (each seeded on its own) on the drawing pool.
 
-    Inside a pool thread the tasks run inline: nested waits on one pool could deadlock.
+    Inside a pool thread (a part drawn in the background, say) the tasks go to the pool too,
+    but that thread runs every one of them that no other thread has started yet: it waits
+    only on tasks already running elsewhere, deeper in the same work, which never wait on it,
+    so nested waits cannot deadlock even when every thread waits.
     """
-    if getattr(_in_worker, "active", False):
-        for task in tasks:
-            task()
+    in_worker = getattr(_in_worker, "active", False)
+    if in_worker and len(tasks) == 1:
+        tasks[0]()
         return
     pool = _started_pool()
-    for future in [pool.submit(task) for task in tasks]:
+    futures = [pool.submit(task) for task in tasks]
+    if in_worker:
+        # Take every task that no other thread has started before waiting on any: a thread
+        # that waits first finds the next task taken whenever it wakes up.
+        started = []
+        for future, task in zip(futures, tasks, strict=True):
+            if future.cancel():
+                task()
+            else:
+                started.append(future)
+        futures = started
+    for future in futures:
         future.result()  # torch releases the GIL inside its kernels; errors surface here
 
 
@@ -77,7 +99,7 @@ def in_background(fn: Callable[[], T]) -> Callable[[], T]:
     """Start ``fn()`` on a pool thread and return a function that waits for its result (and
     raises its error), so that the caller can meanwhile hand the pool other work.
 
-    Inside a pool thread ``fn()`` runs at once, as nested tasks do in :func:`run_tasks`.
+    Inside a pool thread ``fn()`` runs at once: that thread would only wait for it.
     """
     if getattr(_in_worker, "active", False):
         result = fn()
@@ -111,3 +133,15 @@ def in_chunks(
 
     run_tasks([partial(fill, chunk) for chunk in chunks(count)])
     return out
+
+
+def over_chunks(count: int, fn: Callable[[slice], T]) -> list[T]:
+    """``fn(part)`` for the slice of each ``CHUNK``-sized chunk of ``count`` items, on the
+    drawing pool; the results in chunk order."""
+    results: dict[int, T] = {}
+
+    def run(chunk: int) -> None:
+        results[chunk] = fn(slice(chunk * CHUNK, (chunk + 1) * CHUNK))
+
+    run_tasks([partial(run, chunk) for chunk in chunks(count)])
+    return [results[chunk] for chunk in chunks(count)]

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
-from samplers._pool import CHUNK
+from samplers._pool import CHUNK, run_tasks
 
 __all__ = ["AliasTable", "GuideTable"]
 
@@ -62,31 +64,53 @@ class GuideTable:
     item that covers point ``j``. A draw ``u`` starts at ``guide[floor(u)]`` and steps forward
     past the item ends at or below ``u``; a bucket holds at most one item end on average, so one
     step settles most draws, the few left step on as a subset (at most ``_SUBSET_STEPS`` more)
-    and the rare rest is a binary search. The build is a cumulative sum and a bincount, several
-    times cheaper than an alias table's, so weights that change every epoch (hard_mined) use it.
+    and the rare rest is a binary search. The build is a few passes in ``CHUNK``-sized pieces on
+    the drawing pool, several times cheaper than an alias table's, so weights that change every
+    epoch (hard_mined) use it. The cumulative sums are rounded chunk by chunk (each chunk's sum
+    started from the earlier chunks' total), so the table does not depend on the thread count.
     """
 
     def __init__(self, weights: torch.Tensor) -> None:
         k = weights.numel()
         buckets = max(k, 1 << 12)  # few classes: more buckets, so that no steps are needed
-        self.ends = torch.cumsum(weights.double(), 0)
-        scale = buckets / float(self.ends[-1])
         self.last = k - 1
         # Steps every draw takes: with many buckets per item a draw almost never has to step.
         self.steps = 0 if buckets >= 16 * k else 1
+        starts = range(0, k, CHUNK)
+        self.ends = torch.empty(k, dtype=torch.float64)
+
+        def chunk_sums(c: int) -> None:
+            part = slice(starts[c], starts[c] + CHUNK)
+            torch.cumsum(weights[part], 0, dtype=torch.float64, out=self.ends[part])
+
+        run_tasks([partial(chunk_sums, c) for c in range(len(starts))])
+        chunk_ends = torch.tensor([min(start + CHUNK, k) - 1 for start in starts])
+        before = torch.cumsum(self.ends[chunk_ends], 0)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.float64), before[:-1]])
+        scale = buckets / float(before[-1])
         # guide[j] = number of items that end at or before j = the item covering j; zero-weight
-        # items end where their predecessor does and are stepped over. Counted chunk by chunk,
-        # each chunk scaled on the way while it is in cache, so that no temporary as large as
-        # the weights is made (10^8 samples: 800 MB each).
+        # items end where their predecessor does and are stepped over. Item i ends at point
+        # ceil(ends[i]); a chunk fills the guide from its first item's end point up to the next
+        # chunk's, where no other chunk's items end, counting only its own items. Those points
+        # come first, by the very operations that scale each chunk below.
+        firsts = self.ends[list(starts)].add_(offsets).mul_(scale)
+        bounds = torch.ceil(firsts).long().clamp_(max=buckets + 1).tolist() + [buckets + 1]
         dtype = torch.int32 if k < 2**31 else torch.long
-        self.guide = torch.zeros(buckets + 2, dtype=dtype)
-        one = torch.ones(1, dtype=dtype).expand(CHUNK)
-        for start in range(0, k, CHUNK):
-            part = self.ends[start : start + CHUNK].mul_(scale)
-            ends_at = torch.ceil(part).long().clamp_(max=buckets + 1)
-            self.guide.index_add_(0, ends_at, one[: ends_at.numel()])
+        self.guide = torch.empty(buckets + 1, dtype=dtype)
+        self.guide[: bounds[0]] = 0
+
+        def scale_and_count(c: int) -> None:
+            # Each chunk's sums continue from the last end of the chunk before, as added here:
+            # the ends rise across chunk borders too (adding a weight >= 0 never rounds below).
+            part = self.ends[starts[c] : starts[c] + CHUNK].add_(float(offsets[c])).mul_(scale)
+            low, high = bounds[c], bounds[c + 1]
+            if high > low:
+                ends_at = torch.ceil(part).long().clamp_(max=buckets + 1).sub_(low)
+                counts = torch.bincount(ends_at, minlength=high - low + 1)[: high - low]
+                self.guide[low:high] = counts.cumsum_(0).add_(starts[c])
+
+        run_tasks([partial(scale_and_count, c) for c in range(len(starts))])
         self.total = float(self.ends[-1])
-        self.guide = self.guide[: buckets + 1].cumsum_(0)
 
     def lookup(self, u: torch.Tensor) -> torch.Tensor:
         """The item covering each point ``u`` of ``[0, total)`` (float64)."""

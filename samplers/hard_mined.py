@@ -9,7 +9,7 @@ import torch
 
 from samplers._checks import check_bool, check_number
 from samplers._distributions import Distribution, SampleWeights
-from samplers._pool import CHUNK
+from samplers._pool import CHUNK, over_chunks
 from samplers.base import Sampler
 
 __all__ = ["HardMinedSampler"]
@@ -77,33 +77,48 @@ class HardMinedSampler(Sampler):
         ones = torch.ones(len(self.index), dtype=torch.float64)
         return self._per_class_normalised(ones) if self.class_balanced else ones / ones.numel()
 
-    def _sharpen(self, ema: torch.Tensor) -> torch.Tensor:
+    def _shift(self, ema: torch.Tensor) -> float:
+        """What the exponential form subtracts first: the largest EMA, so nothing overflows."""
+        return float(ema.max()) if self.temperature is not None else 0.0
+
+    def _sharpen(self, ema: torch.Tensor, shift: float, out: torch.Tensor) -> torch.Tensor:
+        """The scores of ``ema`` into ``out``: ``exp((ema - shift) / temperature)`` or
+        ``max(ema, 0) ** power``."""
         if self.temperature is not None:
-            return torch.exp((ema - ema.max()) / self.temperature)  # shifted: no overflow
-        weights = ema.clamp(min=0.0)
-        return weights if self.power == 1.0 else weights.pow_(self.power)
+            return torch.sub(ema, shift, out=out).div_(self.temperature).exp_()
+        torch.clamp(ema, min=0.0, out=out)
+        return out if self.power == 1.0 else out.pow_(self.power)
 
     def distribution(self, epoch: int) -> Distribution:
         if not self.seen.any():
             return SampleWeights.for_one_epoch(self._base())
+        weights = torch.empty_like(self.loss_ema)
         if self.seen.all():  # after the first epoch, usually: no masking needed
-            weights = self._sharpen(self.loss_ema)
+            ema, shift = self.loss_ema, self._shift(self.loss_ema)
+            # Chunk by chunk on the pool, each chunk summed while in cache; the total adds the
+            # chunks' sums in order, the same for every thread count.
+            sums = over_chunks(
+                ema.numel(),
+                lambda part: float(self._sharpen(ema[part], shift, weights[part]).sum()),
+            )
+            total = sum(sums)
         else:
-            sharpened = self._sharpen(self.loss_ema[self.seen])
-            weights = torch.full_like(self.loss_ema, float(sharpened.mean()))  # unseen: the mean
+            seen = self.loss_ema[self.seen]
+            sharpened = self._sharpen(seen, self._shift(seen), torch.empty_like(seen))
+            weights.fill_(float(sharpened.mean()))  # unseen: the mean
             weights[self.seen] = sharpened
+            total = float(weights.sum())
         if self.class_balanced:
             base = self._base()
             return SampleWeights.for_one_epoch(
                 (1.0 - self.floor) * self._per_class_normalised(weights) + self.floor * base
             )
-        total = float(weights.sum())
         if total <= 0:
             return SampleWeights.for_one_epoch(self._base())
         # p = (1 - floor) * w / sum(w) + floor / N, in place on the fresh weights tensor
-        return SampleWeights.for_one_epoch(
-            weights.mul_((1.0 - self.floor) / total).add_(self.floor / weights.numel())
-        )
+        scale, floor = (1.0 - self.floor) / total, self.floor / weights.numel()
+        over_chunks(weights.numel(), lambda part: weights[part].mul_(scale).add_(floor))
+        return SampleWeights.for_one_epoch(weights)
 
     def observe(self, indices: torch.Tensor, losses: torch.Tensor) -> None:
         if indices.numel() == 0:

@@ -105,6 +105,9 @@ THREADS = textwrap.dedent("""
         sampler.set_epoch(1)
         data = sampler.epoch_indices().numpy().tobytes()
         out[name] = hashlib.sha256(data).hexdigest()
+    from samplers._shuffle import SEQUENTIAL_MAX, permutation
+    large = permutation(SEQUENTIAL_MAX + 1, 6)  # a bucket shuffle, in chunks on the pool
+    out["large permutation"] = hashlib.sha256(large.numpy().tobytes()).hexdigest()
     seen = []
     thread = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
     thread.start()
@@ -134,4 +137,4 @@ def test_results_do_not_depend_on_the_thread_count():
     assert runs[1].pop("threads in a new thread") == 1
     assert runs[2].pop("threads in a new thread") == 2
     assert runs[1] == runs[2]
-    assert set(runs[1]) == set(STRATEGIES)
+    assert set(runs[1]) == {*STRATEGIES, "large permutation"}

@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import samplers
-from samplers._draw import _permutation
+from samplers._pool import CHUNK
+from samplers._seeding import generator_for
+from samplers._shuffle import permutation
 from samplers._tables import AliasTable, GuideTable
 from tests.helpers.strategies import LABELS
 
@@ -134,16 +136,37 @@ def test_guide_table_steps_through_crowded_buckets_exactly():
     assert torch.equal(table.lookup(u), torch.searchsorted(table.ends, u, right=True))
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 70_000), st.integers(0, 2**62), st.integers(0, 70_000))
-def test_shuffles_are_torch_randperm(size, seed, count):
-    # The order contract: an int32 shuffle must be the very permutation randperm gives.
-    def generator() -> torch.Generator:
-        return torch.Generator().manual_seed(seed)
+def test_a_guide_table_built_in_chunks_is_the_whole_table():
+    # A chunk and the next chunk's start that weigh nothing, a zero weight at a chunk's end and
+    # one item with nearly all the weight, whose chunk fills most of the guide.
+    generator = torch.Generator().manual_seed(1)
+    w = torch.rand(5 * CHUNK + 123, dtype=torch.float64, generator=generator)
+    w[CHUNK : 2 * CHUNK + 7] = 0.0
+    w[3 * CHUNK - 1] = 0.0
+    w[4 * CHUNK + 5] = 1e6
+    table = GuideTable(w)
+    assert (torch.diff(table.ends) >= 0).all()
+    widths = torch.diff(table.ends, prepend=torch.zeros(1, dtype=torch.float64)) / table.total
+    assert torch.allclose(widths, w / w.sum(), rtol=1e-9, atol=1e-12)
+    # guide[j]: how many items end at or before point j, item i ending at ceil(ends[i]).
+    buckets = table.guide.numel() - 1
+    ends_at = torch.ceil(table.ends).long().clamp(max=buckets + 1)
+    expected = torch.searchsorted(ends_at, torch.arange(buckets + 1), right=True)
+    assert torch.equal(table.guide.long(), expected)
+    u = torch.rand(100_000, dtype=torch.float64, generator=generator) * table.total
+    u = torch.cat([u, table.ends[:-1]])
+    assert torch.equal(table.lookup(u), torch.searchsorted(table.ends, u, right=True))
 
-    shuffled = _permutation(size, generator(), count)
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 70_000), st.integers(0, 2**62), st.integers(0, 3), st.integers(0, 70_000))
+def test_small_shuffles_are_torch_randperm(size, seed, stream, count):
+    # The order contract up to SEQUENTIAL_MAX items: the very permutation randperm gives (it is
+    # built in int32, whose swaps take their positions from the generator as int64's do).
+    shuffled = permutation(size, seed, stream, count)
     assert shuffled.dtype == torch.long
-    assert torch.equal(shuffled, torch.randperm(size, generator=generator())[:count])
+    expected = torch.randperm(size, generator=generator_for(seed, stream))[:count]
+    assert torch.equal(shuffled, expected)
 
 
 def test_mixture_validation():
