@@ -1,11 +1,14 @@
-"""The published-recipe race on digits (``+method=ce,drs,drw,crt``), with and without shared
-training prefixes, side by side in one session: the epochs trained, against those separate runs
-would train, the wall time, and whether every run's value is the same.
+"""The published-recipe race on digits (``+method=ce,drs,drw,crt``) three ways, side by side in
+one session: as races ran before lean children and shared prefixes (every child logs its MLflow
+model and plots, every run trains from epoch 0: ``before``), with lean children alone
+(``alone``), and as a race runs now (lean children, shared prefixes: ``shared``). For each: the
+epochs trained, the wall time, and whether every run's value and the advice are the same.
 
     python -m scripts.bench_prefixes [--store DIR] [--max-seeds 5]
 
-Writes ``docs/results/prefixes_bench.json``. Both races run with the basic launcher, one job at
-a time, into one store (the seeds come first in each round: see docs/race.md).
+Writes ``docs/results/prefixes_bench.json``. The races run with the basic launcher, one job at
+a time, into one store (the seeds come first in each round: see docs/race.md), in the order
+before, shared, alone, so that neither end of the comparison always runs first.
 """
 
 from __future__ import annotations
@@ -30,6 +33,14 @@ RECIPE = [
 ]
 
 
+# How each race differs from a race today (the sweeper's lean children, prefixes shared).
+VARIANTS = {
+    "before": ["tracking.log_model=true", "tracking.plots=true", "prefixes.share=false"],
+    "shared": ["prefixes.share=true"],
+    "alone": ["prefixes.share=false"],
+}
+
+
 def _values(record: dict[str, object]) -> dict[str, dict[str, float]]:
     values = record["values"]
     assert isinstance(values, dict)
@@ -46,10 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     settings = [f"hydra.sweeper.max_seeds={args.max_seeds}"]
     results: dict[str, dict[str, object]] = {}
-    for name, share in (("alone", "false"), ("shared", "true")):
-        parent, seconds = sweep(
-            [*RECIPE, *settings, f"prefixes.share={share}"], uri, f"prefixes-{name}", folder
-        )
+    for name, overrides in VARIANTS.items():
+        parent, seconds = sweep([*RECIPE, *settings, *overrides], uri, f"prefixes-{name}", folder)
         record = race_record(uri, parent)
         from mlflow.tracking import MlflowClient
 
@@ -64,15 +73,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "load": LOADS[f"prefixes-{name}"],
         }
         print(f"  {name}: {results[name]['epochs']} epochs, {seconds:.0f} s", flush=True)
-    alone, shared = results["alone"], results["shared"]
+    before, alone, shared = results["before"], results["alone"], results["shared"]
     epochs = {name: float(str(r["epochs"])) for name, r in results.items()}
     wall = {name: float(str(r["wall_s"])) for name, r in results.items()}
     out = {
         "command": "python -m runner -m " + " ".join([*RECIPE, *settings]),
+        "variants": {name: " ".join(overrides) for name, overrides in VARIANTS.items()},
         **results,
-        "same_values": alone["values"] == shared["values"],
+        "same_values": before["values"] == alone["values"] == shared["values"],
+        "same_advice": before["advised"] == alone["advised"] == shared["advised"],
         "epochs_ratio": round(epochs["shared"] / epochs["alone"], 3),
         "wall_ratio": round(wall["shared"] / wall["alone"], 3),
+        "wall_ratio_to_before": round(wall["shared"] / wall["before"], 3),
     }
     path = ROOT / "docs" / "results" / "prefixes_bench.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
