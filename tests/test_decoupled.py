@@ -224,7 +224,9 @@ def test_lws_runs_on_digits_with_a_validation_split(tracking_uri):
 
 
 @pytest.mark.unit
-def test_a_run_recorded_before_the_classifier_stage_existed_resumes_as_retrain(tracking_uri):
+def test_a_run_recorded_before_the_classifier_stage_existed_resumes_as_retrain(
+    tracking_uri, tmp_path
+):
     """Its saved config has no ``trainer.classifier_stage``: it ran the only stage there was."""
     from omegaconf import OmegaConf
 
@@ -235,7 +237,8 @@ def test_a_run_recorded_before_the_classifier_stage_existed_resumes_as_retrain(t
     assert isinstance(recorded, dict)
     del recorded["trainer"]["classifier_stage"]
     client = MlflowClient(tracking_uri)
-    old = client.create_run(client.create_experiment("samplerlab"))
+    artifacts = (tmp_path / "mlartifacts").as_uri()  # not MLflow's ./mlruns in the checkout
+    old = client.create_run(client.create_experiment("samplerlab", artifacts))
     client.log_text(old.info.run_id, OmegaConf.to_yaml(recorded), "config.yaml")
     client.set_terminated(old.info.run_id, "KILLED")
     saved, previous = resume_target(compose_config([f"resume={old.info.run_id}"]), tracking_uri)
