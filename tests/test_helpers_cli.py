@@ -3,10 +3,17 @@ kinds of test are the markers pyproject.toml registers."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from tests.conftest import KINDS
-from tests.helpers.cli import ROOT, run_python, runner_args
+from tests.helpers.cli import ROOT, _interpreter, environment, run_python, runner_args
+from tests.helpers.warm import WarmProcess
 
 pytestmark = pytest.mark.unit
 
@@ -56,3 +63,55 @@ def test_runner_arguments_put_multirun_first_and_the_store_last():
 def test_the_kinds_are_the_markers_pytest_registered_from_pyproject(pytestconfig):
     registered = [line.split(":", 1)[0].strip() for line in pytestconfig.getini("markers")]
     assert set(KINDS) <= set(registered) and "slow" in KINDS and "unit" in KINDS
+
+
+EXITS = ["-m", "tests.helpers.exits"]
+
+
+@pytest.mark.slow  # real processes, forked and fresh
+@pytest.mark.parametrize("what", [["exit", "0"], ["exit", "3"], ["raise"], ["interrupt"]])
+def test_a_forked_command_ends_as_a_fresh_interpreter_running_it_does(what, tmp_path):
+    """The warm interpreter's child and ``python -m`` give the same status (an uncaught
+    KeyboardInterrupt: death by SIGINT), output, working directory, environment and argv."""
+    runs = [
+        run_python(*EXITS, *what, cwd=tmp_path, env={"EXTRA": "x"}, expect=None, fresh=fresh)
+        for fresh in (False, True)
+    ]
+    warm, fresh = runs
+    assert warm.returncode == fresh.returncode, (warm, fresh)
+    assert warm.stdout == fresh.stdout
+    assert f"cwd={tmp_path} extra=x argv0=exits.py main=__main__" in warm.stdout
+    assert ("Traceback" in warm.stderr) == ("Traceback" in fresh.stderr)
+    assert warm.stderr.startswith("to stderr")
+
+
+@pytest.mark.slow
+def test_a_forked_command_is_signalled_and_timed_out_like_a_process(tmp_path):
+    log = tmp_path / "log"
+    log.write_bytes(b"")
+    interpreter = _interpreter()
+    ident, pid = interpreter.start(
+        "tests.helpers.exits", ["sleep"], tmp_path, environment(), log, log
+    )
+    process = WarmProcess(interpreter, ident, pid, [sys.executable, *EXITS, "sleep"])
+    deadline = time.monotonic() + 30
+    while "sleeping" not in log.read_text():
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    with pytest.raises(subprocess.TimeoutExpired):
+        process.wait(timeout=0.1)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == -signal.SIGTERM
+    process.send_signal(signal.SIGTERM)  # ended and reaped: nothing is signalled
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_python(*EXITS, "sleep", cwd=tmp_path, timeout=2)
+    assert "still running after 2 s" in str(failed.value) and "sleeping" in str(failed.value)
+
+
+@pytest.mark.slow
+def test_commands_forked_at_once_from_two_threads_each_get_their_own_status(tmp_path):
+    def one(code: int) -> int:
+        return run_python(*EXITS, "exit", str(code), cwd=tmp_path, expect=code).returncode
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        assert list(pool.map(one, range(6))) == list(range(6))

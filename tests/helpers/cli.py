@@ -5,8 +5,10 @@ with its command line, exit status and the ends of its output in one message.
 
 ``python -m module ...`` run to completion is forked from a warm interpreter
 (:mod:`tests.helpers.warm`): the same process from its arguments on, without the 5 s of imports.
-So are the background runs of :func:`start_cli`. Commands with a ``preexec_fn`` or other
-interpreter arguments start a fresh interpreter, as do the tests that check start-up itself."""
+So are the background runs of :func:`start_cli`. Commands with a ``preexec_fn``, other
+interpreter arguments or ``fresh=True`` start a fresh interpreter: the tests of start-up itself
+(the default run, ``--cfg``, plugin discovery, torchrun's ranks) and the CLI helper's own
+parity tests use one."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -71,13 +74,16 @@ def run_python(
     expect: int | None = 0,
     env: Mapping[str, str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python *args`` (this interpreter) in ``cwd`` to its end, its output captured as
     text, for at most ``timeout`` seconds; ``env`` adds variables to this process's environment.
     The test fails (with the command, its status and the tails of stdout and stderr) when the
-    exit status is not ``expect`` (``None``: any status is returned) or the time runs out."""
+    exit status is not ``expect`` (``None``: any status is returned) or the time runs out.
+    ``python -m`` commands are forked from the warm interpreter unless ``fresh`` (or a
+    ``preexec_fn``) asks for a new interpreter."""
     command = [sys.executable, *args]
-    if args[:1] == ("-m",) and len(args) > 1 and preexec_fn is None:
+    if args[:1] == ("-m",) and len(args) > 1 and preexec_fn is None and not fresh:
         done = _run_warm(command, cwd, timeout, environment(env))
     else:
         done = _run_fresh(command, cwd, timeout, environment(env), preexec_fn)
@@ -121,26 +127,33 @@ def _run_fresh(
 
 
 _warm: list[WarmInterpreter] = []  # this process's warm interpreter, once started
+_starting = threading.Lock()
 
 
 def _interpreter() -> WarmInterpreter:
-    if not _warm:
-        _warm.append(WarmInterpreter(environment(), ROOT))
-        atexit.register(_warm[0].close)
-    return _warm[0]
+    """This process's warm interpreter, started on first use and again if it died."""
+    with _starting:
+        if not _warm or _warm[0].gone:
+            log = Path(tempfile.mkdtemp(prefix="warm-")) / "stderr"
+            _warm[:] = [WarmInterpreter(environment(), ROOT, log)]
+            atexit.register(_warm[0].close)
+        return _warm[0]
 
 
 def _run_warm(
     command: list[str], cwd: Path, timeout: float, env: dict[str, str]
 ) -> subprocess.CompletedProcess[str]:
+    """``command`` (``python -m module ...``) forked from the warm interpreter, to its end or
+    ``timeout`` (then killed, and the test fails with what it printed)."""
     folder = Path(tempfile.mkdtemp(prefix="cli-"))
     out, err = folder / "stdout", folder / "stderr"
+    interpreter = _interpreter()
     try:
-        pid = _interpreter().start(command[2], command[3:], cwd, env, out, err)
-        returncode = _interpreter().wait(pid, timeout)
+        ident, _ = interpreter.start(command[2], command[3:], cwd, env, out, err)
+        returncode = interpreter.wait(ident, timeout)
         if returncode is None:
-            os.kill(pid, signal.SIGKILL)
-            _interpreter().wait(pid, 30)
+            interpreter.signal(ident, signal.SIGKILL)
+            interpreter.wait(ident, 30)
             pytest.fail(
                 _report(command, f"still running after {timeout} s", _read(out), _read(err)),
                 pytrace=False,
@@ -163,6 +176,7 @@ def run_cli(
     expect: int | None = 0,
     env: Mapping[str, str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m runner [-m] *overrides [tracking.uri=uri]`` through :func:`run_python`:
     by default it must exit 0 within 300 s."""
@@ -173,6 +187,7 @@ def run_cli(
         expect=expect,
         env=env,
         preexec_fn=preexec_fn,
+        fresh=fresh,
     )
 
 
@@ -185,8 +200,9 @@ def start_cli(
     args = runner_args(overrides, uri, multirun)
     env = environment({"PYTHONUNBUFFERED": "1"})
     log.write_bytes(b"")  # there before the child opens it: the test may read it at once
-    pid = _interpreter().start(args[1], args[2:], cwd, env, log, log)
-    return WarmProcess(_interpreter(), pid, [sys.executable, *args])
+    interpreter = _interpreter()
+    ident, pid = interpreter.start(args[1], args[2:], cwd, env, log, log)
+    return WarmProcess(interpreter, ident, pid, [sys.executable, *args])
 
 
 def wait_for(
