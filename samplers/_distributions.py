@@ -27,11 +27,29 @@ class _Weights:
     def table(self) -> AliasTable | GuideTable:
         """Built on first use and kept: a strategy that returns the same object every epoch
         (fixed weights) builds its table once. An alias table draws fastest (no search at
-        all); a guide table builds several times faster and in 12 bytes per item, where an
+        all); a guide table builds several times faster and in 16 bytes per item, where an
         alias table's build holds several temporaries as large as the weights (4 GB at 10^8)."""
+        return self._new_table()
+
+    def _new_table(self, reuse: GuideTable | None = None) -> AliasTable | GuideTable:
         if self.changes_each_epoch or self.weights.numel() > ALIAS_MAX:
-            return GuideTable(self.weights)
+            return GuideTable(self.weights, reuse)
         return AliasTable(self.weights)
+
+    def build_table(self, reuse: GuideTable | None = None) -> None:
+        """Build :attr:`table` now, unless built already, in the memory of ``reuse`` where it
+        fits: a table given up by :meth:`release_table`."""
+        if "table" not in self.__dict__:  # where cached_property keeps it
+            self.__dict__["table"] = self._new_table(reuse)
+
+    def release_table(self) -> GuideTable | None:
+        """Give up a table built for one epoch, once nothing draws from it, so that the next
+        epoch's table can be built in its memory; asked again, this builds a new one."""
+        table = self.__dict__.get("table")
+        if not self.changes_each_epoch or not isinstance(table, GuideTable):
+            return None
+        del self.__dict__["table"]
+        return table
 
 
 class ClassWeights(_Weights):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import torch
@@ -11,8 +12,8 @@ from samplers._pool import CHUNK, run_tasks
 
 __all__ = ["AliasTable", "GuideTable"]
 
-#: Steps that the draws still behind their item after the common steps take as a subset, before
-#: a binary search finds the rest (a bucket can hold many item ends when weights are skewed).
+#: Steps that the draws behind their guide's item take as a subset, before a binary search finds
+#: the rest (a bucket can hold many item ends when weights are skewed).
 _SUBSET_STEPS = 2
 
 
@@ -58,26 +59,32 @@ class AliasTable:
 
 class GuideTable:
     """Inverse-CDF lookup over K items with a guide table (Chen & Asau 1974): built in O(K),
-    about one lookup per draw, exact up to float64 rounding.
+    about one lookup per draw, exact up to float64 rounding, in 16 bytes per item.
 
-    The cumulative weights are scaled to ``[0, B)`` with ``B >= K`` buckets; ``guide[j]`` is the
-    item that covers point ``j``. A draw ``u`` starts at ``guide[floor(u)]`` and steps forward
-    past the item ends at or below ``u``; a bucket holds at most one item end on average, so one
-    step settles most draws, the few left step on as a subset (at most ``_SUBSET_STEPS`` more)
-    and the rare rest is a binary search. The build is a few passes in ``CHUNK``-sized pieces on
-    the drawing pool, several times cheaper than an alias table's, so weights that change every
-    epoch (hard_mined) use it. The cumulative sums are rounded chunk by chunk (each chunk's sum
+    The cumulative weights are scaled to ``[0, B)`` with ``B = max(2K, 4096)`` buckets;
+    ``guide[j]`` is the item that covers point ``j``. A draw ``u`` starts at
+    ``guide[floor(u)]``; a bucket holds half an item end on average, so about three draws in
+    four are settled by that one read and one comparison, the rest step forward past the item
+    ends at or below ``u`` as a subset (at most ``_SUBSET_STEPS`` steps), and the rare rest is
+    a binary search. The build is a few passes in ``CHUNK``-sized pieces on the drawing pool,
+    several times cheaper than an alias table's, so weights that change every epoch
+    (hard_mined) use it. The cumulative sums are rounded chunk by chunk (each chunk's sum
     started from the earlier chunks' total), so the table does not depend on the thread count.
     """
 
-    def __init__(self, weights: torch.Tensor) -> None:
+    ends: torch.Tensor  #: item i covers [ends[i - 1], ends[i]) (float64, scaled to the buckets)
+    guide: torch.Tensor  #: guide[j]: the item covering point j (int32 below 2^31 items)
+
+    def __init__(self, weights: torch.Tensor, reuse: GuideTable | None = None) -> None:
+        """``reuse``: a table that nothing draws from any more, whose tensors this one overwrites
+        where their sizes match. Fresh memory costs a page fault on its first touch of each
+        page: for a table rebuilt every epoch, about as long as the build's own arithmetic."""
         k = weights.numel()
-        buckets = max(k, 1 << 12)  # few classes: more buckets, so that no steps are needed
-        self.last = k - 1
-        # Steps every draw takes: with many buckets per item a draw almost never has to step.
-        self.steps = 0 if buckets >= 16 * k else 1
+        # Twice as many buckets as items: a quarter of the draws step (one bucket per item: one
+        # in two, and a step for every draw costs a second full pass of random reads).
+        buckets = max(2 * k, 1 << 12)
         starts = range(0, k, CHUNK)
-        self.ends = torch.empty(k, dtype=torch.float64)
+        self.ends = _recycled(reuse.ends if reuse else None, k, torch.float64)
 
         def chunk_sums(c: int) -> None:
             part = slice(starts[c], starts[c] + CHUNK)
@@ -96,7 +103,7 @@ class GuideTable:
         firsts = self.ends[list(starts)].add_(offsets).mul_(scale)
         bounds = torch.ceil(firsts).long().clamp_(max=buckets + 1).tolist() + [buckets + 1]
         dtype = torch.int32 if k < 2**31 else torch.long
-        self.guide = torch.empty(buckets + 1, dtype=dtype)
+        self.guide = _recycled(reuse.guide if reuse else None, buckets + 1, dtype)
         self.guide[: bounds[0]] = 0
 
         def scale_and_count(c: int) -> None:
@@ -111,29 +118,38 @@ class GuideTable:
 
         run_tasks([partial(scale_and_count, c) for c in range(len(starts))])
         self.total = float(self.ends[-1])
+        # The largest float below the total: a draw rounded up to the total is moved there.
+        self._below_total = math.nextafter(self.total, 0.0)
 
     def lookup(self, u: torch.Tensor) -> torch.Tensor:
-        """The item covering each point ``u`` of ``[0, total)`` (float64)."""
+        """The item covering each point ``u`` of ``[0, total)`` (float64).
+
+        No clamp is needed: for ``u < total`` the guide never points past the item that covers
+        ``u``, and the last item's end (the total) is above every ``u``, so no draw steps past it.
+        """
         item = torch.index_select(self.guide, 0, u.long()).long()
-        for _ in range(self.steps):
-            item += torch.index_select(self.ends, 0, item.clamp_(max=self.last)) <= u
-        item.clamp_(max=self.last)
-        # Stepping only the draws still behind their item touches a few percent of the table
-        # where a step for every draw touches all of it (the lookup is bound by those reads).
-        behind = torch.index_select(self.ends, 0, item) <= u
-        behind = torch.nonzero(behind.logical_and_(item < self.last)).flatten()
+        # Stepping only the draws still behind their item touches a quarter of the table where
+        # a step for every draw touches all of it (the lookup is bound by those random reads).
+        behind = torch.nonzero(torch.index_select(self.ends, 0, item) <= u).flatten()
         for _ in range(_SUBSET_STEPS):
             if not behind.numel():
                 break
             ahead = torch.index_select(item, 0, behind).add_(1)
             further = torch.index_select(self.ends, 0, ahead) <= torch.index_select(u, 0, behind)
             item.index_copy_(0, behind, ahead)
-            behind = behind[further.logical_and_(ahead < self.last)]
+            behind = behind[further]
         if behind.numel():
             found = torch.searchsorted(self.ends, torch.index_select(u, 0, behind), right=True)
-            item.index_copy_(0, behind, found.clamp_(max=self.last))
+            item.index_copy_(0, behind, found)
         return item
 
     def sample(self, count: int, generator: torch.Generator) -> torch.Tensor:
         u = torch.rand(count, dtype=torch.float64, generator=generator).mul_(self.total)
-        return self.lookup(u)
+        return self.lookup(u.clamp_(max=self._below_total))
+
+
+def _recycled(tensor: torch.Tensor | None, size: int, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor`` if it holds ``size`` items of ``dtype``, else a new uninitialised tensor."""
+    if tensor is not None and tensor.numel() == size and tensor.dtype == dtype:
+        return tensor
+    return torch.empty(size, dtype=dtype)

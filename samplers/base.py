@@ -14,11 +14,13 @@ from torch.utils.data import Sampler as TorchSampler
 from samplers._checks import as_labels, check_bool, check_int
 from samplers._distributions import ClassWeights, Distribution, SampleWeights
 from samplers._draw import draw
+from samplers._feedback import keep_in_place, restore_in_place
 from samplers._frameworks import check_not_sharded_twice
 from samplers._labels import LabelIndex
 from samplers._placement import Placement
 from samplers._pool import on_pool_thread
 from samplers._seeding import epoch_seed
+from samplers._tables import GuideTable
 
 __all__ = ["Sampler"]
 
@@ -128,6 +130,7 @@ class Sampler(Placement, DistributedSampler[Any]):
         self._started = 0  # where the current pass over the epoch began (a restored position)
         self._live: tuple[int, Iterator[Any]] | None = None
         self._drawn: tuple[int, Distribution, torch.Tensor] | None = None
+        self._spare_table: GuideTable | None = None
 
     # ------------------------------------------------------------------ strategy hooks
     def distribution(self, epoch: int) -> Distribution:
@@ -150,10 +153,19 @@ class Sampler(Placement, DistributedSampler[Any]):
         return self.replacement
 
     def _prepared(self, distribution: Distribution) -> Distribution:
-        """``distribution`` with the table its draws need already built (on a pool thread)."""
+        """``distribution`` with the table its draws need already built (on a pool thread), in
+        the memory of the last epoch's table where that fits."""
         if self._with_replacement(distribution):
-            distribution.table  # noqa: B018 (a cached property: built here, kept)
+            distribution.build_table(reuse=self._spare_table)
+        self._spare_table = None
         return distribution
+
+    def _forget_draw(self) -> None:
+        """Drop the drawn epoch, keeping its table's memory if that was built for one epoch:
+        first touches of fresh pages cost about as much as building the table."""
+        if self._drawn is not None:
+            self._spare_table = self._drawn[1].release_table() or self._spare_table
+        self._drawn = None
 
     # ------------------------------------------------------------------ public protocol
     @property
@@ -193,7 +205,7 @@ class Sampler(Placement, DistributedSampler[Any]):
         """Select the epoch whose order the next iteration yields (call before each epoch)."""
         check_int("epoch", epoch, 0)
         if epoch != self.epoch:
-            self._drawn = None
+            self._forget_draw()
         self.epoch = epoch
         self._resume_at = 0
         self._started = 0
@@ -229,7 +241,7 @@ class Sampler(Placement, DistributedSampler[Any]):
         held = [getattr(self, name) for name in self.feedback_state]
         self.observe(indices, losses)
         for name, tensor in zip(self.feedback_state, held, strict=True):
-            _keep_in_place(self, name, tensor)
+            keep_in_place(self, name, tensor)
 
     def current_distribution(self) -> Distribution:
         """The distribution of the current epoch (frozen when the epoch is first drawn)."""
@@ -353,8 +365,8 @@ class Sampler(Placement, DistributedSampler[Any]):
             )
         self.set_epoch(state["epoch"])
         for name in self.feedback_state:
-            _restore_in_place(self, name, state["feedback"][name])
-        self._drawn = None
+            restore_in_place(self, name, state["feedback"][name])
+        self._forget_draw()
         if "epoch_distribution" in state:
             kind, weights, *table = state["epoch_distribution"]  # (states before the flag: 2)
             kinds: dict[str, type[ClassWeights] | type[SampleWeights]] = {
@@ -367,30 +379,3 @@ class Sampler(Placement, DistributedSampler[Any]):
             self._drawn = (self.epoch, frozen, units)
         self._resume_at = self._started = state["position"]
         self._live = None
-
-
-def _keep_in_place(owner: object, name: str, tensor: torch.Tensor) -> None:
-    """Put ``owner.<name>``'s values into ``tensor`` and make it ``owner.<name>`` again, if the
-    strategy replaced it by a tensor of the same shape and dtype."""
-    new = getattr(owner, name)
-    if new is not tensor and _same_layout(new, tensor):
-        tensor.copy_(new)
-        setattr(owner, name, tensor)
-
-
-def _restore_in_place(owner: object, name: str, saved: torch.Tensor) -> None:
-    current = getattr(owner, name)
-    if _same_layout(saved, current):
-        current.copy_(saved)
-    else:
-        setattr(owner, name, saved.clone())
-
-
-def _same_layout(a: object, b: object) -> bool:
-    return (
-        isinstance(a, torch.Tensor)
-        and isinstance(b, torch.Tensor)
-        and a.shape == b.shape
-        and a.dtype == b.dtype
-        and a.device == b.device
-    )

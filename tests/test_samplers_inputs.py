@@ -120,7 +120,7 @@ def test_guide_table_reproduces_any_weights_exactly(weights, seed):
 
 def test_guide_table_steps_through_crowded_buckets_exactly():
     # Many tiny weights end in a few buckets: draws there take the subset steps and the binary
-    # search, across the buckets where one step for every draw settles the rest.
+    # search, beside buckets where the guide's item alone settles the draw.
     generator = torch.Generator().manual_seed(0)
     w = torch.cat(
         [
@@ -130,7 +130,6 @@ def test_guide_table_steps_through_crowded_buckets_exactly():
         ]
     )
     table = GuideTable(w)
-    assert table.steps == 1
     u = torch.rand(200_000, dtype=torch.float64, generator=generator) * table.total
     u = torch.cat([u, table.ends[:-1], torch.zeros(1, dtype=torch.float64)])
     assert torch.equal(table.lookup(u), torch.searchsorted(table.ends, u, right=True))
@@ -156,6 +155,31 @@ def test_a_guide_table_built_in_chunks_is_the_whole_table():
     u = torch.rand(100_000, dtype=torch.float64, generator=generator) * table.total
     u = torch.cat([u, table.ends[:-1]])
     assert torch.equal(table.lookup(u), torch.searchsorted(table.ends, u, right=True))
+
+
+def test_each_epochs_table_is_built_in_the_memory_of_the_last():
+    # hard_mined's weights are new every epoch: each epoch's guide table overwrites the one the
+    # epoch before gave up, and holds exactly what a table in fresh memory holds.
+    labels = torch.arange(3 * CHUNK + 5) % 7
+    sampler = samplers.HardMinedSampler(labels, seed=2)
+    generator = torch.Generator().manual_seed(0)
+    addresses = set()
+    earlier = None
+    for epoch in range(4):
+        sampler.set_epoch(epoch)
+        drawn = sampler.epoch_indices()
+        distribution = sampler.current_distribution()
+        table = distribution.table
+        addresses.add((table.ends.data_ptr(), table.guide.data_ptr()))
+        fresh = GuideTable(distribution.weights)
+        assert torch.equal(table.ends, fresh.ends) and torch.equal(table.guide, fresh.guide)
+        if earlier is not None:  # it gave its table up: asked again, it builds one of its own
+            rebuilt = earlier.table
+            assert rebuilt.ends.data_ptr() != table.ends.data_ptr()
+            assert torch.equal(rebuilt.guide, GuideTable(earlier.weights).guide)
+        earlier = distribution
+        sampler.update(drawn, torch.rand(drawn.numel(), dtype=torch.float64, generator=generator))
+    assert len(addresses) == 1
 
 
 @settings(max_examples=60, deadline=None)
