@@ -15,7 +15,7 @@ from samplers._distributions import ClassWeights, Distribution
 from samplers._draw import cycled_passes
 from samplers._labels import group_by
 from samplers._pool import CHUNK, run_tasks
-from samplers._seeding import generator_for, sub_seed
+from samplers._seeding import branch_seed, generator_for
 
 __all__ = ["FixedClassSampler", "REPEATS"]
 
@@ -185,10 +185,12 @@ class FixedClassSampler(BatchSamplerBase):
         size = int(self.class_counts[c])
         start = int(self.index.offsets[c])
         members = self.index.order[start : start + size]
+        # Hashed: a class's passes are streams of its seed, which must not be another class's.
+        class_seed = branch_seed(seed, c)
         if self.repeats == "independent":
-            u = torch.rand(slots, take, dtype=torch.float64, generator=generator_for(seed, c + 1))
+            u = torch.rand(slots, take, dtype=torch.float64, generator=generator_for(class_seed))
             return members[u.mul_(size).long()]  # floor(u * size) < size, see LabelIndex
-        return members[cycled_passes(size, take, slots, sub_seed(seed, c))]
+        return members[cycled_passes(size, take, slots, class_seed)]
 
     def _fill_quota(self, out: torch.Tensor, c: int, column: int, take: int, seed: int) -> None:
         out[:, column : column + take] = self._members(c, self.num_batches, take, seed)

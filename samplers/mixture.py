@@ -15,7 +15,7 @@ from samplers._checks import check_int, check_number
 from samplers._distributions import ClassWeights, Distribution
 from samplers._draw import cycled_passes
 from samplers._pool import in_background, on_pool_thread
-from samplers._seeding import epoch_seed, sub_seed
+from samplers._seeding import branch_seed, epoch_seed
 from samplers.base import Sampler
 
 __all__ = ["MixtureSampler"]
@@ -167,7 +167,8 @@ class MixtureSampler(BatchSamplerBase):
         if isinstance(component, Sampler):
             component.set_epoch(self.epoch)
             return component.global_indices().view(self.num_batches, count)
-        size, pass_seed = component.numel(), sub_seed(seed, i)
+        # Hashed: a pool's passes are streams of its seed, which must not be another pool's.
+        size, pass_seed = component.numel(), branch_seed(seed, i)
         positions = on_pool_thread(partial(cycled_passes, size, count, self.num_batches, pass_seed))
         return component[positions]
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chi2
 
+import samplers
 from samplers import _shuffle
 from samplers._pool import on_pool_thread
 from samplers._seeding import sub_seed
@@ -81,3 +82,22 @@ def test_every_item_is_equally_likely_at_every_position():
 
     seen = on_pool_thread(tally)
     assert _pearson_p_value(seen, draws / size, (size - 1) ** 2) > 1e-4
+
+
+def test_classes_and_pools_of_one_size_are_read_in_independent_orders():
+    # Each class (fixed_class) and each pool (mixture) reads its members in passes drawn from a
+    # seed of its own. Were those seeds the sampler's shifted by the class number, class c's
+    # pass p would be class c + 1's pass p - 1: two classes of one size in the same order a
+    # pass apart. Orders of 1,100 members: any repeat is that, never chance.
+    labels = torch.arange(2200) // 1100  # members 0-1099 and 1100-2199
+    batches = samplers.FixedClassSampler(
+        labels, quotas=[550, 550], num_batches=8, seed=1
+    ).epoch_indices()
+    first, second = batches[:, :550].reshape(4, 1100), batches[:, 550:].reshape(4, 1100) - 1100
+    assert not any(torch.equal(second[p], first[q]) for p in range(4) for q in range(4))
+    pools = [torch.arange(1100), torch.arange(1100, 2200)]
+    batches = samplers.MixtureSampler(
+        labels, components=pools, shares=[0.5, 0.5], batch_size=100, num_batches=66, seed=1
+    ).epoch_indices()
+    first, second = batches[:, :50].reshape(3, 1100), batches[:, 50:].reshape(3, 1100) - 1100
+    assert not any(torch.equal(second[p], first[q]) for p in range(3) for q in range(3))
