@@ -59,7 +59,7 @@ def _local_path(uri: str) -> Path | None:
 def open_store(uri: str | None) -> tuple[MlflowClient, str]:
     """A client for an existing MLflow store; StoreError when there is none at ``uri`` (nothing,
     an empty file, another application's database, a server or database that does not answer).
-    Nothing is created or migrated: the checks read sqlite files with SQLite's immutable flag."""
+    Nothing is created or migrated: the checks read sqlite files read-only (`sqlite_tables`)."""
     resolved = stores.resolve_uri(uri)
     path = _local_path(resolved)
     if path is not None and not path.exists():

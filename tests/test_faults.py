@@ -266,12 +266,18 @@ def _foreign(folder: Path) -> dict[str, Path]:
     connection.execute("INSERT INTO users VALUES (1, 'ada')")
     connection.commit()
     connection.close()
+    logged = folder / "logged.db"  # write-ahead logging: a read must not create its -shm file
+    connection = sqlite3.connect(logged)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("CREATE TABLE events (id INTEGER)")
+    connection.commit()
+    connection.close()
     noise = folder / "noise.db"
     noise.write_bytes(bytes(range(256)) * 20)
-    return {"app": app, "noise": noise}
+    return {"app": app, "logged": logged, "noise": noise}
 
 
-@pytest.mark.parametrize("kind", ["app", "noise"])
+@pytest.mark.parametrize("kind", ["app", "logged", "noise"])
 @pytest.mark.parametrize(
     "command",
     [
@@ -290,7 +296,8 @@ def test_a_file_that_is_not_an_mlflow_store_is_refused_and_left_unchanged(kind, 
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert len(lines) <= 3 and ("tracking.uri" in lines[0] or "--uri" in lines[0]), lines
     assert digest(path) == before
-    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".db") == ["app.db", "noise.db"]
+    databases = sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".db")
+    assert databases == ["app.db", "logged.db", "noise.db"]
     assert not list(tmp_path.glob("*.db-*"))  # no journal or WAL file left beside it
 
 
@@ -315,3 +322,48 @@ def test_the_report_reads_an_mlflow_store_without_changing_it(tmp_path, tracking
         expect=2,
     )
     assert empty.stat().st_size == 0, refused.stderr
+
+
+# Commits of a few hundred kB in a loop, into tables created and emptied as it goes.
+WRITER = """
+import os, sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], timeout=30)
+for i in range(10**9):
+    table = f"t{i % 20}"
+    connection.execute(f"CREATE TABLE IF NOT EXISTS {table} (a, b)")
+    connection.executemany(f"INSERT INTO {table} VALUES (?, ?)", [(j, os.urandom(100)) for j in range(2000)])
+    if i % 7 == 6:
+        connection.execute(f"DELETE FROM {table}")
+    connection.commit()
+"""
+
+
+def test_a_store_that_another_process_writes_is_read_whole(tmp_path):
+    # A sweep's jobs check the store while other jobs log into it. A read that does not wait
+    # for the writer's lock can meet a page half-written ("database disk image is malformed"),
+    # and the job would stop as if the store were not MLflow's.
+    import sqlite3
+
+    from runner.tracking.stores import MLFLOW_TABLES, sqlite_tables
+
+    path = tmp_path / "busy.db"
+    connection = sqlite3.connect(path)
+    connection.execute("CREATE TABLE experiments (id INTEGER)")
+    connection.execute("CREATE TABLE alembic_version (version_num TEXT)")
+    connection.commit()
+    connection.close()
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)])
+    try:
+        deadline = time.monotonic() + 30
+        while path.stat().st_size < 10**6:  # the writer's first commits
+            assert writer.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        reads, deadline = 0, time.monotonic() + 2
+        while time.monotonic() < deadline:
+            tables = sqlite_tables(path)
+            assert tables is not None and tables >= MLFLOW_TABLES
+            reads += 1
+        assert writer.poll() is None and reads > 100  # it wrote all along, and we read often
+    finally:
+        writer.kill()
+        writer.wait()

@@ -4,9 +4,9 @@ answering is one :class:`runner.errors.UserError` naming ``tracking.uri``. Durin
 lost is a :class:`StoreLost`; a store's answer that what a job creates exists already (another
 job created it at the same moment, :func:`already_exists`) is not.
 
-Nothing here changes a file that is not an MLflow store: an existing sqlite file is read with
-SQLite's ``immutable`` flag (no lock, no journal) before MLflow may touch it, and a database of
-another application is refused as it is.
+Nothing here changes a file that is not an MLflow store: an existing sqlite file is read
+read-only (:func:`sqlite_tables`) before MLflow may touch it, and a database of another
+application is refused as it is.
 """
 
 from __future__ import annotations
@@ -142,23 +142,39 @@ def sqlite_path(uri: str) -> Path | None:
 
 def sqlite_tables(path: Path) -> set[str] | None:
     """The tables of the SQLite file at ``path``; None when it is missing or empty (a store
-    MLflow may create). Read with ``immutable=1``: no lock, no journal, the file unchanged.
-    Raises ValueError when the file is not an SQLite database."""
+    MLflow may create). Read without creating or changing any file: a rollback-journal file
+    (MLflow's kind) in read-only mode, under SQLite's shared lock, so that a write another
+    process has in progress (a job logging) is waited for, at most :data:`CHECK_SECONDS`, and
+    not read half-done; a WAL file, or one whose lock or hot journal a read-only connection
+    cannot get past, with ``immutable=1`` (no lock, no journal). Raises ValueError when the file
+    is not an SQLite database."""
     if not path.exists() or path.stat().st_size == 0:
         return None
     with open(path, "rb") as file:
-        header = file.read(len(SQLITE_HEADER))
-    if header != SQLITE_HEADER:
+        header = file.read(100)
+    if not header.startswith(SQLITE_HEADER):
         raise ValueError(f"{path} is not an SQLite database (it does not start with its header)")
+    uri = path.resolve().as_uri()
     try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?immutable=1", uri=True)
-        try:
-            rows = connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
-            return {name for (name,) in rows}
-        finally:
-            connection.close()
+        # Byte 18 of the header: 1 for a rollback journal, 2 for write-ahead logging, whose
+        # read-only connections may create the -shm file beside the database.
+        if header[18:19] != b"\x02":
+            try:
+                return _table_names(f"{uri}?mode=ro")
+            except sqlite3.OperationalError:  # locked past the timeout, or a hot journal
+                pass
+        return _table_names(f"{uri}?immutable=1")
     except sqlite3.DatabaseError as error:
         raise ValueError(f"{path} cannot be read as an SQLite database ({error})") from None
+
+
+def _table_names(uri: str) -> set[str]:
+    connection = sqlite3.connect(uri, uri=True, timeout=CHECK_SECONDS)
+    try:
+        rows = connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        return {name for (name,) in rows}
+    finally:
+        connection.close()
 
 
 def check_sqlite_store(uri: str, parameter: str = "tracking.uri", create: bool = True) -> None:
