@@ -257,21 +257,27 @@ def test_a_stopped_sweep_leaves_no_run_running_and_resume_finishes_it(
 # --- stores that are not ours --------------------------------------------------------------
 
 
-def _foreign(folder: Path) -> dict[str, Path]:
+def _database(path: Path, *statements: str) -> Path:
+    """An sqlite file at ``path`` made by ``statements``, committed and closed."""
     import sqlite3
 
-    app = folder / "app.db"
-    connection = sqlite3.connect(app)
-    connection.execute("CREATE TABLE users (id INTEGER, name TEXT)")
-    connection.execute("INSERT INTO users VALUES (1, 'ada')")
+    connection = sqlite3.connect(path)
+    for statement in statements:
+        connection.execute(statement)
     connection.commit()
     connection.close()
-    logged = folder / "logged.db"  # write-ahead logging: a read must not create its -shm file
-    connection = sqlite3.connect(logged)
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("CREATE TABLE events (id INTEGER)")
-    connection.commit()
-    connection.close()
+    return path
+
+
+def _foreign(folder: Path) -> dict[str, Path]:
+    app = _database(
+        folder / "app.db",
+        "CREATE TABLE users (id INTEGER, name TEXT)",
+        "INSERT INTO users VALUES (1, 'ada')",
+    )
+    logged = _database(  # write-ahead logging: a read must not create its -shm file
+        folder / "logged.db", "PRAGMA journal_mode=WAL", "CREATE TABLE events (id INTEGER)"
+    )
     noise = folder / "noise.db"
     noise.write_bytes(bytes(range(256)) * 20)
     return {"app": app, "logged": logged, "noise": noise}
@@ -342,16 +348,13 @@ def test_a_store_that_another_process_writes_is_read_whole(tmp_path):
     # A sweep's jobs check the store while other jobs log into it. A read that does not wait
     # for the writer's lock can meet a page half-written ("database disk image is malformed"),
     # and the job would stop as if the store were not MLflow's.
-    import sqlite3
-
     from runner.tracking.stores import MLFLOW_TABLES, sqlite_tables
 
-    path = tmp_path / "busy.db"
-    connection = sqlite3.connect(path)
-    connection.execute("CREATE TABLE experiments (id INTEGER)")
-    connection.execute("CREATE TABLE alembic_version (version_num TEXT)")
-    connection.commit()
-    connection.close()
+    path = _database(
+        tmp_path / "busy.db",
+        "CREATE TABLE experiments (id INTEGER)",
+        "CREATE TABLE alembic_version (version_num TEXT)",
+    )
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)])
     try:
         deadline = time.monotonic() + 30
