@@ -28,7 +28,11 @@ class _Weights:
         """Built on first use and kept: a strategy that returns the same object every epoch
         (fixed weights) builds its table once. An alias table draws fastest (no search at
         all); a guide table builds several times faster and in 16 bytes per item, where an
-        alias table's build holds several temporaries as large as the weights (4 GB at 10^8)."""
+        alias table's build holds several temporaries as large as the weights (4 GB at 10^8).
+
+        A table built for one epoch (``changes_each_epoch``) is lent: once the sampler moves on
+        to the next epoch it builds that epoch's table in this one's memory, and this
+        distribution builds a new table if asked again. Hold the distribution, not its table."""
         return self._new_table()
 
     def _new_table(self, reuse: GuideTable | None = None) -> AliasTable | GuideTable:

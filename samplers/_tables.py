@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import torch
@@ -59,7 +58,8 @@ class AliasTable:
 
 class GuideTable:
     """Inverse-CDF lookup over K items with a guide table (Chen & Asau 1974): built in O(K),
-    about one lookup per draw, exact up to float64 rounding, in 16 bytes per item.
+    about one lookup per draw, exact up to float64 rounding, in 16 bytes per item (24 from 2^31
+    items on, where the guide holds int64).
 
     The cumulative weights are scaled to ``[0, B)`` with ``B = max(2K, 4096)`` buckets;
     ``guide[j]`` is the item that covers point ``j``. A draw ``u`` starts at
@@ -118,8 +118,6 @@ class GuideTable:
 
         run_tasks([partial(scale_and_count, c) for c in range(len(starts))])
         self.total = float(self.ends[-1])
-        # The largest float below the total: a draw rounded up to the total is moved there.
-        self._below_total = math.nextafter(self.total, 0.0)
 
     def lookup(self, u: torch.Tensor) -> torch.Tensor:
         """The item covering each point ``u`` of ``[0, total)`` (float64).
@@ -144,8 +142,10 @@ class GuideTable:
         return item
 
     def sample(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        # torch's float64 uniforms are multiples of 2^-53 below 1, and (1 - 2^-53) * total
+        # rounds below the total for every total: each point lies in [0, total).
         u = torch.rand(count, dtype=torch.float64, generator=generator).mul_(self.total)
-        return self.lookup(u.clamp_(max=self._below_total))
+        return self.lookup(u)
 
 
 def _recycled(tensor: torch.Tensor | None, size: int, dtype: torch.dtype) -> torch.Tensor:

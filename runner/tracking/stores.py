@@ -145,9 +145,11 @@ def sqlite_tables(path: Path) -> set[str] | None:
     MLflow may create). Read without creating or changing any file: a rollback-journal file
     (MLflow's kind) in read-only mode, under SQLite's shared lock, so that a write another
     process has in progress (a job logging) is waited for, at most :data:`CHECK_SECONDS`, and
-    not read half-done; a WAL file, or one whose lock or hot journal a read-only connection
-    cannot get past, with ``immutable=1`` (no lock, no journal). Raises ValueError when the file
-    is not an SQLite database."""
+    not read half-done. A WAL file, whose read-only connections may create the -shm file beside
+    it, is read with ``immutable=1`` (no lock), as is a file a crashed writer left with a hot
+    journal (which only a writer may roll back). Raises ValueError when the file is not an
+    SQLite database, or is another program's in write-ahead logging with its tables still in
+    the log, and TimeoutError when another process holds it locked throughout."""
     if not path.exists() or path.stat().st_size == 0:
         return None
     with open(path, "rb") as file:
@@ -155,17 +157,32 @@ def sqlite_tables(path: Path) -> set[str] | None:
     if not header.startswith(SQLITE_HEADER):
         raise ValueError(f"{path} is not an SQLite database (it does not start with its header)")
     uri = path.resolve().as_uri()
+    wal = header[18:19] == b"\x02"  # the header's write version: 1 rollback journal, 2 WAL
+    left_mid_write = ""
     try:
-        # Byte 18 of the header: 1 for a rollback journal, 2 for write-ahead logging, whose
-        # read-only connections may create the -shm file beside the database.
-        if header[18:19] != b"\x02":
+        if not wal:
             try:
                 return _table_names(f"{uri}?mode=ro")
-            except sqlite3.OperationalError:  # locked past the timeout, or a hot journal
-                pass
-        return _table_names(f"{uri}?immutable=1")
+            except sqlite3.OperationalError as error:
+                if error.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+                    raise TimeoutError(
+                        f"{path} stayed locked by another process for {CHECK_SECONDS} s"
+                    ) from None
+                if error.sqlite_errorcode != sqlite3.SQLITE_READONLY_ROLLBACK:
+                    raise
+                left_mid_write = f", left mid-write by a process that stopped ({path.name}-journal)"
+        tables = _table_names(f"{uri}?immutable=1")
     except sqlite3.DatabaseError as error:
-        raise ValueError(f"{path} cannot be read as an SQLite database ({error})") from None
+        raise ValueError(
+            f"{path} cannot be read as an SQLite database{left_mid_write} ({error})"
+        ) from None
+    log = path.with_name(path.name + "-wal")
+    if wal and not tables and log.exists() and log.stat().st_size > 0:
+        raise ValueError(
+            f"{path} is in write-ahead logging, with changes in {log.name} not yet in the "
+            "file: another program's database, in use"
+        )
+    return tables
 
 
 def _table_names(uri: str) -> set[str]:
@@ -187,6 +204,10 @@ def check_sqlite_store(uri: str, parameter: str = "tracking.uri", create: bool =
     except ValueError as error:
         raise store_error(
             uri, str(error), f"point {parameter} at an MLflow sqlite store", parameter
+        ) from None
+    except TimeoutError as error:
+        raise store_error(
+            uri, str(error), "try again once the process writing it has finished", parameter
         ) from None
     if tables is None or not tables:
         if create:
