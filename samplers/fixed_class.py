@@ -151,10 +151,7 @@ class FixedClassSampler(BatchSamplerBase):
             ]
         else:
             slots = out.view(-1, self.samples_per_class)  # one row per (batch, class) slot
-            # Drawn on a pool thread: torch runs single-threaded there.
-            chosen: list[torch.Tensor] = []
-            run_tasks([lambda: chosen.append(self._choose_classes(generator_for(seed)))])
-            grouped, per_class = group_by(chosen[0], self.num_classes)
+            grouped, per_class = group_by(self._chosen_classes(seed), self.num_classes)
             ends = torch.cumsum(per_class, 0).tolist()
             tasks = [
                 (
@@ -167,18 +164,31 @@ class FixedClassSampler(BatchSamplerBase):
         run_tasks(_batched(tasks))
         return out
 
-    def _choose_classes(self, generator: torch.Generator) -> torch.Tensor:
+    def _chosen_classes(self, seed: int) -> torch.Tensor:
         """Class of every slot, batch by batch: K distinct classes per batch, each K-subset
-        equally likely (Floyd's algorithm, run for all batches at once)."""
-        k, eligible = self.classes_per_batch, self.eligible.numel()
+        equally likely. The batches are chosen in blocks of about ``CHUNK`` slots, each from
+        its own generator, on the drawing pool."""
+        k = self.classes_per_batch
         chosen = torch.empty(self.num_batches, k, dtype=torch.long)
+        rows = max(1, CHUNK // k)
+
+        def choose(block: int) -> None:
+            part = chosen[block * rows : (block + 1) * rows]
+            self._choose_into(part, generator_for(seed, block))
+
+        run_tasks([partial(choose, block) for block in range(-(-self.num_batches // rows))])
+        return self.eligible[chosen.view(-1)]
+
+    def _choose_into(self, chosen: torch.Tensor, generator: torch.Generator) -> None:
+        """Positions among the eligible classes for each row of ``chosen`` (batches, K), K
+        distinct per row: Floyd's algorithm, run for all rows at once."""
+        k, eligible = self.classes_per_batch, self.eligible.numel()
         for step, j in enumerate(range(eligible - k, eligible)):
             # t uniform in [0, j]; if taken, take j (not yet takeable before this step).
-            u = torch.rand(self.num_batches, dtype=torch.float64, generator=generator)
+            u = torch.rand(chosen.shape[0], dtype=torch.float64, generator=generator)
             t = u.mul_(j + 1).long()
             taken = (chosen[:, :step] == t[:, None]).any(1)
             chosen[:, step] = torch.where(taken, j, t)
-        return self.eligible[chosen.view(-1)]
 
     def _members(self, c: int, slots: int, take: int, seed: int) -> torch.Tensor:
         """Dataset indices for ``slots`` slots of class ``c``, ``take`` each: (slots, take)."""

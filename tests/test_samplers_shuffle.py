@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy.stats import chi2
 
 import samplers
-from samplers import _shuffle
+from samplers import _pool, _shuffle
 from samplers._pool import on_pool_thread
 from samplers._seeding import sub_seed
 from samplers._shuffle import bucket_shuffle, permutation
@@ -101,3 +101,25 @@ def test_classes_and_pools_of_one_size_are_read_in_independent_orders():
     ).epoch_indices()
     first, second = batches[:, :50].reshape(3, 1100), batches[:, 50:].reshape(3, 1100) - 1100
     assert not any(torch.equal(second[p], first[q]) for p in range(3) for q in range(3))
+
+
+def test_the_classes_of_every_batch_block_are_uniform_and_independent():
+    # fixed_class chooses the classes of 2^16 slots at a time, each block from its own
+    # generator: here three whole blocks of 32,768 batches and a part of a fourth.
+    from tests.helpers.strategies import LABELS
+
+    k, rows = 2, _pool.CHUNK // 2
+    sampler = samplers.FixedClassSampler(
+        LABELS, classes_per_batch=k, samples_per_class=1, num_batches=3 * rows + 5, seed=6
+    )
+    classes = LABELS[sampler.epoch_indices()].sort(dim=1).values
+    assert (classes[:, 0] < classes[:, 1]).all()  # two distinct classes in every batch
+    pairs = classes[:, 0] * 5 + classes[:, 1]
+    counts = torch.bincount(pairs, minlength=25)[pairs.unique()]
+    assert counts.numel() == 10  # every pair of the five classes
+    # Each pair equally likely: Pearson's test, failing only below p = 10^-4 (fixed seed).
+    expected = pairs.numel() / 10
+    statistic = float(((counts - expected) ** 2 / expected).sum())
+    assert statistic < chi2.ppf(1 - 1e-4, df=9)
+    blocks = pairs[: 3 * rows].view(3, rows)
+    assert not torch.equal(blocks[0], blocks[1]) and not torch.equal(blocks[1], blocks[2])
