@@ -34,7 +34,6 @@ class Sampler(Placement, DistributedSampler[Any]):
 
     * The order is a pure function of ``(seed, epoch, feedback received)``: not of the global RNG,
       the number of DataLoader workers or the process.
-    * ``len(sampler)`` is exactly the number of items :meth:`__iter__` yields on this rank.
     * Distributed: every rank computes the same global draw of ``num_samples`` indices and takes
       the positions ``rank, rank + world_size, ...``. Like ``DistributedSampler``, the draw is
       padded by repeating its start (``drop_last=False``) or its tail is dropped, so every rank
@@ -43,9 +42,9 @@ class Sampler(Placement, DistributedSampler[Any]):
       state (the sampler's own tensors, as ``nn.Module.state_dict`` holds the parameters); a
       sampler restored mid-epoch yields exactly the remaining items. Under a ``DataLoader`` with
       workers, pass ``state_dict(consumed=...)`` (see there).
-    * ``len(sampler)`` is always the whole epoch's length on this rank, also right after a
-      mid-epoch restore (torch's convention): the restored iterator then yields
-      ``len(sampler) - position`` items, and :meth:`epoch_indices` is still the whole epoch.
+    * ``len(sampler)`` is exactly the number of items a whole epoch yields on this rank, also
+      right after a mid-epoch restore (torch's convention), when the restored iterator yields
+      ``len(sampler) - position`` items and :meth:`epoch_indices` is still the whole epoch.
 
     Inside training frameworks (see ``docs/trainers.md``):
 
@@ -130,7 +129,11 @@ class Sampler(Placement, DistributedSampler[Any]):
         self._started = 0  # where the current pass over the epoch began (a restored position)
         self._live: tuple[int, Iterator[Any]] | None = None
         self._drawn: tuple[int, Distribution, torch.Tensor] | None = None
+        # Memory of the last drawn epoch that only this sampler holds (see _forget_draw).
         self._spare_table: GuideTable | None = None
+        self._spare_weights: torch.Tensor | None = None
+        self._weights_made: torch.Tensor | None = None
+        self._drawn_lent = False  # whether current_distribution() handed the drawn one out
 
     # ------------------------------------------------------------------ strategy hooks
     def distribution(self, epoch: int) -> Distribution:
@@ -161,11 +164,24 @@ class Sampler(Placement, DistributedSampler[Any]):
         return distribution
 
     def _forget_draw(self) -> None:
-        """Drop the drawn epoch, keeping its table's memory if that was built for one epoch:
-        first touches of fresh pages cost about as much as building the table."""
+        """Drop the drawn epoch, keeping the memory of its table and of its weights if those
+        were made by :meth:`_epoch_weights` and never handed out: first touches of fresh pages
+        cost about as much as building the table."""
         if self._drawn is not None:
-            self._spare_table = self._drawn[1].release_table() or self._spare_table
-        self._drawn = None
+            drawn = self._drawn[1]
+            self._spare_table = drawn.release_table() or self._spare_table
+            if drawn.weights is self._weights_made and not self._drawn_lent:
+                self._spare_weights = drawn.weights
+        self._drawn, self._drawn_lent, self._weights_made = None, False, None
+
+    def _epoch_weights(self, like: torch.Tensor) -> torch.Tensor:
+        """An uninitialised tensor shaped like ``like`` for a strategy's weights of one epoch:
+        the memory of the last drawn epoch's where that fits (nothing else holds it then)."""
+        spare, self._spare_weights = self._spare_weights, None
+        if spare is None or spare.shape != like.shape or spare.dtype != like.dtype:
+            spare = torch.empty_like(like)
+        self._weights_made = spare
+        return spare
 
     # ------------------------------------------------------------------ public protocol
     @property
@@ -244,14 +260,20 @@ class Sampler(Placement, DistributedSampler[Any]):
             keep_in_place(self, name, tensor)
 
     def current_distribution(self) -> Distribution:
-        """The distribution of the current epoch (frozen when the epoch is first drawn)."""
+        """The distribution of the current epoch (frozen when the epoch is first drawn). Its
+        weights stay the caller's: they are never reused for a later epoch."""
+        if self._drawn is not None:
+            self._drawn_lent = True
+        return self._current_distribution()
+
+    def _current_distribution(self) -> Distribution:
         if self._drawn is not None:
             return self._drawn[1]
         return self.distribution(self.epoch)
 
     def target_class_shares(self) -> torch.Tensor:
         """The class shares this epoch's draw aims at (float64, sums to 1)."""
-        distribution = self.current_distribution()
+        distribution = self._current_distribution()  # read here, not handed out
         if isinstance(distribution, ClassWeights):
             weights = distribution.weights
         else:
@@ -376,6 +398,6 @@ class Sampler(Placement, DistributedSampler[Any]):
             saved = kinds[kind](weights, changes_each_epoch=bool(table and table[0]))
             frozen = on_pool_thread(lambda: self._prepared(saved))
             units = self._draw(frozen, epoch_seed(self.seed, self.epoch))
-            self._drawn = (self.epoch, frozen, units)
+            self._drawn, self._drawn_lent = (self.epoch, frozen, units), True  # the state's
         self._resume_at = self._started = state["position"]
         self._live = None

@@ -182,6 +182,38 @@ def test_each_epochs_table_is_built_in_the_memory_of_the_last():
     assert len(addresses) == 1
 
 
+def test_each_epochs_weights_reuse_memory_that_nothing_else_holds():
+    # hard_mined's weights are new every epoch: the memory of the last epoch's is reused unless
+    # the distribution was handed out (current_distribution) or came from a caller's state.
+    labels = torch.arange(3 * CHUNK + 5) % 7
+    everything = torch.arange(labels.numel())
+    reusing, lending = (samplers.HardMinedSampler(labels, seed=2) for _ in range(2))
+    generator = torch.Generator().manual_seed(0)
+    addresses, lent = set(), []
+    for epoch in range(1, 5):
+        losses = torch.rand(labels.numel(), dtype=torch.float64, generator=generator)
+        for sampler in (reusing, lending):
+            sampler.update(everything, losses)
+            sampler.set_epoch(epoch)
+        assert torch.equal(reusing.epoch_indices(), lending.epoch_indices())
+        reusing.target_class_shares()  # read inside the sampler, as a training loop does
+        addresses.add(reusing._drawn[1].weights.data_ptr())
+        distribution = lending.current_distribution()
+        lent.append((distribution, distribution.weights.clone()))
+    assert len(addresses) == 1
+    assert all(torch.equal(distribution.weights, kept) for distribution, kept in lent)
+    state = reusing.state_dict()
+    saved = state["epoch_distribution"][1].clone()
+    restored = samplers.HardMinedSampler(labels, seed=2)
+    restored.load_state_dict(state)
+    restored.update(
+        everything, torch.rand(labels.numel(), dtype=torch.float64, generator=generator)
+    )
+    restored.set_epoch(5)
+    restored.epoch_indices()
+    assert torch.equal(state["epoch_distribution"][1], saved)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 70_000), st.integers(0, 2**62), st.integers(0, 3), st.integers(0, 70_000))
 def test_small_shuffles_are_torch_randperm(size, seed, stream, count):
