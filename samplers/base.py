@@ -17,10 +17,10 @@ from samplers._draw import draw
 from samplers._feedback import keep_in_place, restore_in_place
 from samplers._frameworks import check_not_sharded_twice
 from samplers._labels import LabelIndex
+from samplers._memory import EpochMemory
 from samplers._placement import Placement
 from samplers._pool import on_pool_thread
 from samplers._seeding import epoch_seed
-from samplers._tables import GuideTable
 
 __all__ = ["Sampler"]
 
@@ -129,10 +129,7 @@ class Sampler(Placement, DistributedSampler[Any]):
         self._started = 0  # where the current pass over the epoch began (a restored position)
         self._live: tuple[int, Iterator[Any]] | None = None
         self._drawn: tuple[int, Distribution, torch.Tensor] | None = None
-        # Memory of the last drawn epoch that only this sampler holds (see _forget_draw).
-        self._spare_table: GuideTable | None = None
-        self._spare_weights: torch.Tensor | None = None
-        self._weights_made: torch.Tensor | None = None
+        self._memory = EpochMemory()  # what the drawn epoch leaves to the next
         self._drawn_lent = False  # whether current_distribution() handed the drawn one out
 
     # ------------------------------------------------------------------ strategy hooks
@@ -158,30 +155,16 @@ class Sampler(Placement, DistributedSampler[Any]):
     def _prepared(self, distribution: Distribution) -> Distribution:
         """``distribution`` with the table its draws need already built (on a pool thread), in
         the memory of the last epoch's table where that fits."""
+        table = self._memory.take_table()
         if self._with_replacement(distribution):
-            distribution.build_table(reuse=self._spare_table)
-        self._spare_table = None
+            distribution.build_table(reuse=table)
         return distribution
 
     def _forget_draw(self) -> None:
-        """Drop the drawn epoch, keeping the memory of its table and of its weights if those
-        were made by :meth:`_epoch_weights` and never handed out: first touches of fresh pages
-        cost about as much as building the table."""
+        """Drop the drawn epoch, leaving its memory to the next (see ``EpochMemory``)."""
         if self._drawn is not None:
-            drawn = self._drawn[1]
-            self._spare_table = drawn.release_table() or self._spare_table
-            if drawn.weights is self._weights_made and not self._drawn_lent:
-                self._spare_weights = drawn.weights
-        self._drawn, self._drawn_lent, self._weights_made = None, False, None
-
-    def _epoch_weights(self, like: torch.Tensor) -> torch.Tensor:
-        """An uninitialised tensor shaped like ``like`` for a strategy's weights of one epoch:
-        the memory of the last drawn epoch's where that fits (nothing else holds it then)."""
-        spare, self._spare_weights = self._spare_weights, None
-        if spare is None or spare.shape != like.shape or spare.dtype != like.dtype:
-            spare = torch.empty_like(like)
-        self._weights_made = spare
-        return spare
+            self._memory.keep(self._drawn[1], lent=self._drawn_lent)
+        self._drawn, self._drawn_lent = None, False
 
     # ------------------------------------------------------------------ public protocol
     @property
@@ -273,12 +256,15 @@ class Sampler(Placement, DistributedSampler[Any]):
 
     def target_class_shares(self) -> torch.Tensor:
         """The class shares this epoch's draw aims at (float64, sums to 1)."""
+        drawn = self._drawn is not None
         distribution = self._current_distribution()  # read here, not handed out
         if isinstance(distribution, ClassWeights):
             weights = distribution.weights
         else:
             weights = torch.zeros(self.num_classes, dtype=torch.float64)
             weights.index_add_(0, self.labels, distribution.weights)
+        if not drawn:  # made only to be read here: its memory is the draw's to reuse
+            self._memory.keep(distribution, lent=False)
         return weights / weights.sum()
 
     def global_indices(self) -> torch.Tensor:

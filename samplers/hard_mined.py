@@ -92,7 +92,12 @@ class HardMinedSampler(Sampler):
     def distribution(self, epoch: int) -> Distribution:
         if not self.seen.any():
             return SampleWeights.for_one_epoch(self._base())
-        weights = self._epoch_weights(self.loss_ema)
+        # The memory of an earlier epoch's weights, unless a subclass overrides this method
+        # (it may keep what it returns; the sampler would not know).
+        own = type(self).distribution is HardMinedSampler.distribution
+        weights = (
+            self._memory.weights_like(self.loss_ema) if own else torch.empty_like(self.loss_ema)
+        )
         if self.seen.all():  # after the first epoch, usually: no masking needed
             ema, shift = self.loss_ema, self._shift(self.loss_ema)
             # Chunk by chunk on the pool, each chunk summed while in cache; the total adds the

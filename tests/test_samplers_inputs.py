@@ -3,6 +3,8 @@ any weights exactly and its shuffles are torch's (property-based)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -195,8 +197,9 @@ def test_each_epochs_weights_reuse_memory_that_nothing_else_holds():
         for sampler in (reusing, lending):
             sampler.update(everything, losses)
             sampler.set_epoch(epoch)
+        reusing.target_class_shares()  # read inside the sampler before the draw (a mixture's)
         assert torch.equal(reusing.epoch_indices(), lending.epoch_indices())
-        reusing.target_class_shares()  # read inside the sampler, as a training loop does
+        reusing.target_class_shares()  # and after it, as a training loop does
         addresses.add(reusing._drawn[1].weights.data_ptr())
         distribution = lending.current_distribution()
         lent.append((distribution, distribution.weights.clone()))
@@ -212,6 +215,29 @@ def test_each_epochs_weights_reuse_memory_that_nothing_else_holds():
     restored.set_epoch(5)
     restored.epoch_indices()
     assert torch.equal(state["epoch_distribution"][1], saved)
+
+
+def test_a_strategy_that_keeps_its_distributions_keeps_their_weights():
+    # A subclass may keep what hard_mined's distribution returns (here to measure the drift
+    # between epochs): those weights are never made in memory that a later epoch reuses.
+    class Drift(samplers.HardMinedSampler):
+        kept: list[tuple[Any, torch.Tensor]] = []
+
+        def distribution(self, epoch: int) -> Any:
+            distribution = super().distribution(epoch)
+            self.kept.append((distribution, distribution.weights.clone()))
+            return distribution
+
+    labels = torch.arange(1000) % 7
+    sampler = Drift(labels, seed=1)
+    generator = torch.Generator().manual_seed(0)
+    for epoch in range(1, 5):
+        losses = torch.rand(1000, dtype=torch.float64, generator=generator)
+        sampler.update(torch.arange(1000), losses)
+        sampler.set_epoch(epoch)
+        sampler.epoch_indices()
+    assert all(torch.equal(distribution.weights, kept) for distribution, kept in Drift.kept)
+    assert not torch.equal(Drift.kept[-1][1], Drift.kept[-2][1])  # the epochs did differ
 
 
 @settings(max_examples=60, deadline=None)
