@@ -55,7 +55,14 @@ def test_runner_arguments_put_multirun_first_and_the_store_last():
         "runner",
         "-m",
         "seed=1",
+        "prefixes.cache_dir=prefix-cache",  # a sweep's shared prefixes: in the test's folder
         "tracking.uri=sqlite:///x.db",
+    ]
+    assert runner_args(("prefixes.cache_dir=c",), multirun=True) == [
+        "-m",
+        "runner",
+        "-m",
+        "prefixes.cache_dir=c",
     ]
     assert runner_args(()) == ["-m", "runner"]
 

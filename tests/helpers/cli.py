@@ -45,12 +45,16 @@ def runner_args(
     overrides: tuple[str, ...], uri: str | None = None, multirun: bool = False
 ) -> list[str]:
     """The arguments of ``python -m runner`` with ``overrides``: ``-m`` first for a multirun,
-    and ``tracking.uri=uri`` last when a store is given."""
+    and ``tracking.uri=uri`` last when a store is given. A multirun keeps its shared prefixes
+    in the test's working folder unless told otherwise: a sweep that fails keeps them (for
+    ``resume=``), and the default folder is the checkout's."""
+    cache = multirun and not any(o.startswith("prefixes.cache_dir=") for o in overrides)
     return [
         "-m",
         "runner",
         *(["-m"] if multirun else []),
         *overrides,
+        *(["prefixes.cache_dir=prefix-cache"] if cache else []),
         *([f"tracking.uri={uri}"] if uri is not None else []),
     ]
 
