@@ -10,6 +10,14 @@ from samplers.base import Sampler
 from samplers.fixed_class import FixedClassSampler
 from samplers.hard_mined import HardMinedSampler
 from samplers.mixture import MixtureSampler
+from samplers.multilabel import (
+    MultiLabelClassAwareSampler,
+    MultiLabelInstanceSampler,
+    MultiLabelSampler,
+    MultiLabelWeightedSampler,
+    rebalance_weights,
+)
+from samplers.multilabel_stats import MultiLabelSamplingStats, multilabel_sampling_stats
 from samplers.stats import SamplingStats, sampling_stats
 from samplers.strategies import (
     AnnealedSampler,
@@ -39,4 +47,11 @@ __all__ = [
     "sampling_stats",
     "power_weights",
     "effective_number_weights",
+    "MultiLabelSampler",
+    "MultiLabelInstanceSampler",
+    "MultiLabelClassAwareSampler",
+    "MultiLabelWeightedSampler",
+    "rebalance_weights",
+    "MultiLabelSamplingStats",
+    "multilabel_sampling_stats",
 ]
