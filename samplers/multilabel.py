@@ -39,7 +39,8 @@ class MultiLabelSampler(Sampler):
     array). ``labels``, ``num_classes`` and ``class_counts`` (positives per class) describe
     the matrix; :meth:`target_class_shares` is the share of each label among the labels of the
     drawn samples that the strategy intends (a drawn sample counts once for each of its labels).
-    A subclass sets ``self._weights`` (one float64 weight per sample) in its ``__init__``.
+    A subclass gives its per-sample weights to :meth:`_set_weights` in its ``__init__``, or
+    overrides :meth:`distribution` (returning ``SampleWeights``).
 
     The core indexes one class id per sample; a multi-label strategy draws per-sample weights
     only, which never read class membership, so the core is given one pseudo-class that holds
@@ -58,8 +59,9 @@ class MultiLabelSampler(Sampler):
         pseudo_classes = torch.zeros(matrix.shape[0], dtype=torch.long)
         super().__init__(pseudo_classes, replacement=replacement, **kwargs)
         self.label_matrix = matrix
+        self._columns = matrix.t().contiguous()  # one class's samples per row, read per class
         self._positives = matrix.sum(0)
-        self._weights = torch.ones(matrix.shape[0], dtype=torch.float64)
+        self._distribution: SampleWeights | None = None
 
     @property
     def labels(self) -> torch.Tensor:
@@ -88,20 +90,26 @@ class MultiLabelSampler(Sampler):
                 f"num_samples={self.num_samples} exceeds the {positive} samples with positive "
                 "weight; without replacement set replacement=True or lower num_samples"
             )
-        self._weights = weights
         self._distribution = SampleWeights(weights)
 
     def distribution(self, epoch: int) -> Distribution:
+        if self._distribution is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} has no weights: give them to _set_weights in its "
+                "__init__, or override distribution"
+            )
         return self._distribution
 
     def item_probabilities(self) -> torch.Tensor:
         """Probability of each sample per draw with replacement (float64, sums to 1)."""
-        return self._weights / self._weights.sum()
+        weights = self._current_distribution().weights
+        return weights / weights.sum()
 
     def target_class_shares(self) -> torch.Tensor:
         """Intended share of each class among the labels of drawn samples (float64, sums to 1):
         ``sum_i p_i y_ic`` normalised, ``p`` the per-draw probabilities."""
-        per_label = self.item_probabilities() @ self.label_matrix.double()
+        p = self.item_probabilities()
+        per_label = torch.stack([p[column].sum() for column in self._columns])
         return per_label / per_label.sum()
 
 
@@ -122,6 +130,22 @@ class MultiLabelInstanceSampler(MultiLabelSampler):
     def __init__(self, labels: LabelMatrix, *, replacement: bool = False, **kwargs: Any) -> None:
         super().__init__(labels, replacement=replacement, **kwargs)
         self._set_weights(torch.ones(self.label_matrix.shape[0], dtype=torch.float64))
+
+
+def _fold(columns: torch.Tensor, per_class: torch.Tensor, aggregate: str) -> torch.Tensor:
+    """Each sample's ``sum``, ``mean`` or ``max`` of ``per_class`` over its labels (0 without
+    labels), from ``columns`` (C, N). One class at a time, so each sample's terms meet in class
+    order: the same floats, and the same draws, whatever the thread count (a matrix product
+    may split its sums differently on another number of threads)."""
+    out = torch.zeros(columns.shape[1], dtype=torch.float64)
+    for column, weight in zip(columns, per_class.tolist(), strict=True):
+        if aggregate == "max":
+            torch.where(column, torch.clamp(out, min=weight), out, out=out)
+        else:
+            out.add_(column, alpha=weight)
+    if aggregate == "mean":
+        out /= columns.sum(0).clamp(min=1)
+    return out
 
 
 def _per_class_terms(counts: torch.Tensor, class_probabilities: torch.Tensor) -> torch.Tensor:
@@ -193,7 +217,7 @@ class MultiLabelClassAwareSampler(MultiLabelSampler):
                 )
         self._choice = choice
         self._per_class = _per_class_terms(self.class_counts, choice)
-        self._set_weights(self.label_matrix.double() @ self._per_class)
+        self._set_weights(_fold(self._columns, self._per_class, "sum"))
 
     def class_choice_shares(self) -> torch.Tensor:
         """The distribution of the class picked first in each draw (float64, sums to 1)."""
@@ -292,11 +316,4 @@ class MultiLabelWeightedSampler(MultiLabelSampler):
         self.aggregate = aggregate
         counts = self.class_counts.double()
         per_class = torch.where(counts > 0, counts.clamp(min=1) ** (self.q - 1.0), 0.0)
-        matrix = self.label_matrix
-        if aggregate == "max":
-            weights = torch.where(matrix, per_class[None, :], 0.0).amax(1)
-        else:
-            weights = matrix.double() @ per_class
-            if aggregate == "mean":
-                weights /= matrix.sum(1).clamp(min=1)
-        self._set_weights(weights)
+        self._set_weights(_fold(self._columns, per_class, aggregate))

@@ -270,6 +270,26 @@ def test_ranks_share_one_global_draw(name):
     assert torch.equal(epoch0.global_indices(), alone)  # the draw does not depend on the world
 
 
+def test_weights_and_draws_do_not_depend_on_the_thread_count():
+    labels = long_tailed_multilabel(100_000, 10, seed=1)  # above torch's parallel grain size
+    builds = [
+        lambda: MultiLabelClassAwareSampler(labels, seed=1),
+        lambda: MultiLabelWeightedSampler(labels, aggregate="mean", q=0.5, seed=1),
+        lambda: MultiLabelWeightedSampler(labels, aggregate="max", seed=1),
+    ]
+    before = torch.get_num_threads()
+    try:
+        runs = []
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            runs.append([build() for build in builds])
+    finally:
+        torch.set_num_threads(before)
+    for one, three in zip(*runs, strict=True):
+        assert torch.equal(one.item_probabilities(), three.item_probabilities())
+        assert torch.equal(one.epoch_indices(), three.epoch_indices())
+
+
 # ------------------------------------------------------------------ label checks
 
 
