@@ -4,6 +4,7 @@ class-aware sampling draws, the core's protocol (len, seeds, resume, shards), la
 from __future__ import annotations
 
 import doctest
+import random
 from fractions import Fraction
 from statistics import NormalDist
 
@@ -81,6 +82,51 @@ def test_class_aware_probabilities_are_the_formula():
     assert torch.equal(sampler.class_choice_shares(), torch.full((10,), 0.1, dtype=torch.float64))
     never = ~Y.any(1)
     assert never.any() and (sampler.item_probabilities()[never] == 0).all()
+
+
+def reference_class_aware_counts(labels: torch.Tensor, draws: int, take: int = 3) -> list[int]:
+    """How often the reference procedure (``ClassAwareSampler`` of
+    wutong16/DistributionBalancedLoss) draws each sample in ``draws`` draws: the classes come
+    in shuffled cycles, and each pick reads the next ``take`` members of its class's own
+    shuffled cycle. Written from the description, with its own seeded generator."""
+    rng = random.Random(0)
+    members = [
+        [i for i, row in enumerate(rows_of(labels)) if c in row] for c in range(labels.shape[1])
+    ]
+
+    def cycle(items: list[int]):
+        while True:
+            items = items[:]
+            rng.shuffle(items)
+            yield from items
+
+    classes = cycle(list(range(labels.shape[1])))
+    readers = [cycle(m) for m in members]
+    counts = [0] * labels.shape[0]
+    drawn = 0
+    while drawn < draws:
+        group = [next(readers[next(classes)]) for _ in range(take)]
+        for i in group[: draws - drawn]:
+            counts[i] += 1
+        drawn += take
+    return counts
+
+
+def test_class_aware_probabilities_are_the_reference_procedures_long_run_shares():
+    """After M draws of the reference procedure (M a multiple of take, every class with
+    samples), class c has been picked M / (take C) times give or take one (every class once a
+    cycle), and each member of c has been read take picks_c / n_c times give or take one (every
+    member once a cycle): so sample i's count lies within sum over its labels of
+    (take / n_c + take / (C n_c) + 1) of M p_i; the bound allows 2 take / n_c + 1."""
+    labels = long_tailed_multilabel(400, 6, seed=2)
+    assert (labels.sum(0) > 0).all()
+    draws = 60_000
+    counts = torch.tensor(reference_class_aware_counts(labels, draws), dtype=torch.float64)
+    p = MultiLabelClassAwareSampler(labels).item_probabilities()
+    bound = (labels.double() * (2 * 3 / labels.sum(0).double() + 1)).sum(1)
+    assert ((counts - draws * p).abs() <= bound).all()
+    mean_of_labels = MultiLabelWeightedSampler(labels, q=0.0).item_probabilities()
+    assert not ((counts - draws * mean_of_labels).abs() <= bound).all()  # the test can fail
 
 
 def test_class_aware_with_a_given_class_distribution_and_an_empty_class():
