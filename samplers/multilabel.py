@@ -148,6 +148,24 @@ def _fold(columns: torch.Tensor, per_class: torch.Tensor, aggregate: str) -> tor
     return out
 
 
+def _class_choice(
+    counts: torch.Tensor, class_probabilities: Sequence[float] | torch.Tensor | None
+) -> torch.Tensor:
+    """The class distribution of class-aware sampling's first step: uniform over the classes
+    with samples, or the given one (normalised), which must give empty classes no share."""
+    present = counts > 0
+    if class_probabilities is None:
+        return present.double() / max(int(present.sum()), 1)
+    choice = _check_weights("class_probabilities", class_probabilities, counts.numel(), "class")
+    empty = torch.nonzero((choice > 0) & ~present).flatten().tolist()
+    if empty:
+        raise ValueError(
+            f"class_probabilities: classes {empty} have no positive sample but a positive "
+            "probability; set their probability to 0"
+        )
+    return choice
+
+
 def _per_class_terms(counts: torch.Tensor, class_probabilities: torch.Tensor) -> torch.Tensor:
     """``pi_c / n_c`` for classes with samples, 0 for the others (float64)."""
     counts = counts.double()
@@ -171,10 +189,10 @@ class MultiLabelClassAwareSampler(MultiLabelSampler):
 
     The reference code (``ClassAwareSampler`` of wutong16/DistributionBalancedLoss) draws the
     classes in shuffled cycles (every class once per ``C`` draws) and reads each class's members
-    in shuffled cycles, three at a time; here every draw is independent. The long-run share of
-    every sample is the same ``p_i``; the reference's shares fluctuate less within an epoch.
-    Its epoch is ``int(max(n_c) * C / 4)`` draws: pass that as ``num_samples`` to match it
-    (default here: the dataset size).
+    in shuffled cycles, ``num_samples_cls=3`` at a time; here every draw is independent. The
+    long-run share of every sample is the same ``p_i``; the reference's shares fluctuate less
+    within an epoch. Its epoch is ``int(max(n_c) * C / reduce)`` draws (``reduce=4`` by
+    default): pass that as ``num_samples`` to match it (default here: the dataset size).
 
     Example:
         >>> import torch
@@ -202,21 +220,8 @@ class MultiLabelClassAwareSampler(MultiLabelSampler):
                 "MultiLabelWeightedSampler(replacement=False) for a weighted order"
             )
         super().__init__(labels, replacement=True, **kwargs)
-        present = self.class_counts > 0
-        if class_probabilities is None:
-            choice = present.double() / int(present.sum()) if present.any() else present.double()
-        else:
-            choice = _check_weights(
-                "class_probabilities", class_probabilities, self.num_classes, "class"
-            )
-            empty = torch.nonzero((choice > 0) & ~present).flatten().tolist()
-            if empty:
-                raise ValueError(
-                    f"class_probabilities: classes {empty} have no positive sample but a positive "
-                    "probability; set their probability to 0"
-                )
-        self._choice = choice
-        self._per_class = _per_class_terms(self.class_counts, choice)
+        self._choice = _class_choice(self.class_counts, class_probabilities)
+        self._per_class = _per_class_terms(self.class_counts, self._choice)
         self._set_weights(_fold(self._columns, self._per_class, "sum"))
 
     def class_choice_shares(self) -> torch.Tensor:
@@ -261,12 +266,7 @@ def rebalance_weights(
             f"class_counts: expected {rows.shape[1]} non-negative counts (one per label "
             f"column), got {counts.tolist()}; pass label_matrix.sum(0) of the training set"
         )
-    present = counts > 0
-    if class_probabilities is None:
-        choice = present.double() / max(int(present.sum()), 1)
-    else:
-        choice = _check_weights("class_probabilities", class_probabilities, counts.numel(), "class")
-    return _rebalance(rows, _per_class_terms(counts, choice))
+    return _rebalance(rows, _per_class_terms(counts, _class_choice(counts, class_probabilities)))
 
 
 def _rebalance(rows: torch.Tensor, per_class: torch.Tensor) -> torch.Tensor:

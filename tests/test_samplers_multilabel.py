@@ -308,6 +308,7 @@ def test_ranks_share_one_global_draw(name):
         shard.set_epoch(2)
     parts = [list(shard) for shard in shards]
     assert {len(p) for p in parts} == {len(shards[0])} == {334}
+    assert [(s.rank, s.num_replicas) for s in shards] == [(r, world) for r in range(world)]
     interleaved = [parts[r][k] for k in range(334) for r in range(world)]
     global_draw = shards[0].global_indices().tolist()
     assert interleaved == (global_draw + global_draw[:2])  # padded by repeating the start
