@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from samplers._checks import check_int, check_number
+from samplers._checks import check_bool, check_int, check_number
 from samplers._distributions import ClassWeights, Distribution, SampleWeights
 from samplers.base import Sampler
 
@@ -148,9 +148,17 @@ class WeightedSampler(Sampler):
         return self._distribution
 
 
-def schedule_progress(epoch: int, total_epochs: int, schedule: str, steps: int = 1) -> float:
-    """Fraction ``s(t)`` in [0, 1] of the way from the start to the end distribution."""
-    t = min(epoch / total_epochs, 1.0)
+def schedule_progress(
+    epoch: int, total_epochs: int, schedule: str, steps: int = 1, endpoint: bool = False
+) -> float:
+    """Fraction ``s(t)`` in [0, 1] of the way from the start to the end distribution.
+
+    The time ``t`` is ``epoch / (total_epochs - 1)`` with ``endpoint`` (1 in the last epoch, as
+    ``np.linspace(0, 1, T)``; 0 throughout when ``T = 1``), else ``epoch / total_epochs`` (1 only
+    after training); either way capped at 1.
+    """
+    span = total_epochs - 1 if endpoint else total_epochs
+    t = min(epoch / span, 1.0) if span > 0 else 0.0
     if schedule == "linear":
         return t
     if schedule == "cosine":
@@ -163,8 +171,9 @@ class AnnealedSampler(Sampler):
 
     ``mode="mix"``: ``p(t) = (1 - s) p_start + s p_end``; ``mode="power"``:
     ``p(t) ∝ n^(q_start + s (q_end - q_start))``. The progress ``s`` goes from 0 at epoch 0 to 1
-    at epoch ``total_epochs`` along ``schedule`` (linear, cosine, or step: ``steps`` equal
-    jumps).
+    along ``schedule`` (linear, cosine, or step: ``steps`` equal jumps): at epoch
+    ``total_epochs`` by default, so that training never reaches ``p_end``; with
+    ``endpoint=True`` in the last epoch, ``total_epochs - 1``.
 
     The default runs from class-balanced (q=0) to instance-balanced (q=1): per-sample
     inverse-frequency weights annealed to 1, a curriculum that starts on balanced data and ends
@@ -184,6 +193,7 @@ class AnnealedSampler(Sampler):
         schedule: str = "linear",
         mode: str = "mix",
         steps: int = 1,
+        endpoint: bool = False,
         replacement: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -198,9 +208,10 @@ class AnnealedSampler(Sampler):
         self.q_start = check_number("q_start", q_start)
         self.q_end = check_number("q_end", q_end)
         self.schedule, self.mode, self.steps = schedule, mode, steps
+        self.endpoint = check_bool("endpoint", endpoint)
 
     def distribution(self, epoch: int) -> Distribution:
-        s = schedule_progress(epoch, self.total_epochs, self.schedule, self.steps)
+        s = schedule_progress(epoch, self.total_epochs, self.schedule, self.steps, self.endpoint)
         counts = self.class_counts
         if self.mode == "power":
             return ClassWeights(
@@ -213,9 +224,12 @@ class AnnealedSampler(Sampler):
 class ProgressiveSampler(AnnealedSampler):
     """Progressively-balanced sampling of Kang et al. (2020): instance- to class-balanced.
 
-    ``p(t) = (1 - t/T) p_IB + (t/T) p_CB`` with ``T = total_epochs``: :class:`AnnealedSampler`
-    with ``q_start=1`` (instance-balanced), ``q_end=0`` (class-balanced), ``mode="mix"`` and a
-    linear schedule by default.
+    ``p(t) = (1 - t/(T-1)) p_IB + t/(T-1) p_CB`` in epoch ``t`` (0-based) of ``T =
+    total_epochs``: instance-balanced in the first epoch, class-balanced in the last, as the
+    reference's ``ClassPrioritySampler`` (facebookresearch/classifier-balancing: ``lam`` from
+    ``np.linspace(0, 1, epochs)``). :class:`AnnealedSampler` with ``q_start=1``, ``q_end=0``,
+    ``mode="mix"``, a linear schedule and ``endpoint=True`` by default; ``endpoint=False`` gives
+    ``t/T`` (the last epoch ``(T-1)/T`` balanced).
     """
 
     def __init__(
@@ -225,9 +239,17 @@ class ProgressiveSampler(AnnealedSampler):
         total_epochs: int,
         q_start: float = 1.0,
         q_end: float = 0.0,
+        endpoint: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(labels, total_epochs=total_epochs, q_start=q_start, q_end=q_end, **kwargs)
+        super().__init__(
+            labels,
+            total_epochs=total_epochs,
+            q_start=q_start,
+            q_end=q_end,
+            endpoint=endpoint,
+            **kwargs,
+        )
 
 
 class DeferredSampler(Sampler):

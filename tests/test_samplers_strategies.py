@@ -312,15 +312,13 @@ def test_hard_mined_temperature_and_a_class_with_zero_losses():
 
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine"])
-def test_progressive_and_annealed_follow_their_formulas(schedule):
-    """Kang et al.: p(t) = (1 - t/T) p_IB + (t/T) p_CB; annealed: the other way round."""
+def test_annealed_follows_its_formula(schedule):
+    """p(t) = (1 - s) p_CB + s p_IB, s reaching 1 at t = T (after training) by default.
+    Kang et al.'s progressive schedule: tests/test_samplers_progressive.py."""
     instance, balanced = COUNTS / COUNTS.sum(), torch.full((5,), 0.2, dtype=torch.float64)
-    progressive = samplers.ProgressiveSampler(LABELS, total_epochs=10, schedule=schedule)
     annealed = samplers.AnnealedSampler(LABELS, total_epochs=10, schedule=schedule)
     for epoch, s in [(0, 0.0), (5, 0.5), (10, 1.0)]:  # t = 0, T/2, T: s = 0, 1/2, 1 either way
-        progressive.set_epoch(epoch)
         annealed.set_epoch(epoch)
-        assert torch.allclose(progressive.target_class_shares(), (1 - s) * instance + s * balanced)
         assert torch.allclose(annealed.target_class_shares(), (1 - s) * balanced + s * instance)
 
 
