@@ -33,16 +33,16 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from runner.config import MODEL_RUNNER_KEYS
-from runner.data import LongTailData, Normalize
+from runner.data import LongTailData
 from runner.distributed import is_main
 from runner.errors import UserError
 from runner.feeding import Feed
 from runner.locks import turn
 from runner.models import FeatureClassifier
+from runner.models.source import UnreadableCode, code_digest
 from runner.state import autocast
-from runner.tracking.record import digest_of
 
-FORMAT = 2  # of the cache files (2: computed channels-last); another format is computed again
+FORMAT = 3  # of the cache files (3: keyed by the inputs fed); another format is computed again
 DEFAULT_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "features"
 EXTRACT_BATCH = 256  # samples per backbone forward pass while computing features
 LOCK_WAIT_S = 1800.0  # the longest a job waits for another computing the same features
@@ -113,36 +113,35 @@ def freeze(
         return FeatureClassifier(FrozenBackbone(backbone), head, dim), data, None
     backbone = backbone.to(device).requires_grad_(False).eval()
     folder = Path(cfg.features.cache_dir or DEFAULT_CACHE).expanduser()
-    splits = {
-        split: (getattr(data, f"{split}_x"), getattr(data, f"{split}_y"))
-        for split in SPLITS
-        if getattr(data, f"{split}_x") is not None
-    }
-    # The model node alone: the whole config holds Hydra's keys, some resolvable only in a job.
-    model_node = OmegaConf.to_container(cfg.model, resolve=True)
-    assert isinstance(model_node, dict)
-    model_cfg = {str(k): v for k, v in model_node.items() if k not in MODEL_RUNNER_KEYS}
-    weights = weights_digest(backbone)
-    precision = "bfloat16" if device.type == "cuda" else "float32"
-    computed: list[tuple[Path, torch.Tensor, float]] = []
+    identity = backbone_identity(backbone, cfg.model, device)
+    computed: list[tuple[Path | None, torch.Tensor, float]] = []
     reused: list[Path] = []
     features: dict[str, torch.Tensor] = {}
-    for split, (x, y) in splits.items():
-        key = cache_key(
-            digest_of(x, y), model_cfg, weights, tuple(x.shape[1:]), data.normalize, precision
-        )
+    for split in SPLITS:
+        x = getattr(data, f"{split}_x")
+        if x is None:
+            continue
+        feed = Feed(x, device, data.normalize, data.feeding.num_workers)
+        if identity is None:  # nothing would tell an edit of the backbone's code: no cache
+            features[split], _, seconds = _timed_extract(backbone, feed)
+            computed.append((None, features[split], seconds))
+            continue
+        key = cache_key(input_digest(feed), identity)
         path = folder / f"{data.name}-{split}-{key[:20]}.pt"
         lock = path.with_name(f".{path.name}.lock")
         with turn(lock, LOCK_WAIT_S, "features.cache_dir", f"features {path.name}", _say):
-            cached = read_entry(path, key, len(x))
+            cached = read_entry(path, key, len(feed))
             if cached is not None:
                 features[split] = cached
                 reused.append(path)
                 continue
-            started = time.perf_counter()
-            features[split] = extract(backbone, x, data.normalize, device, data.feeding.num_workers)
-            computed.append((path, features[split], time.perf_counter() - started))
-            write_entry(path, key, features[split])
+            features[split], fed, seconds = _timed_extract(backbone, feed)
+            kept = path if cache_key(fed, identity) == key else None
+            if kept is not None:
+                write_entry(kept, key, features[split])
+            else:
+                _say(_unstable(split))
+            computed.append((kept, features[split], seconds))
     _say(_report(computed, reused, backbone_name(cfg.model)))
     swapped = dataclasses.replace(
         data,
@@ -155,14 +154,56 @@ def freeze(
     return FeatureClassifier(nn.Identity(), head, dim), swapped, FrozenInputs(backbone, data)
 
 
-def _report(computed: list[tuple[Path, torch.Tensor, float]], reused: list[Path], name: str) -> str:
-    """The run's one line about its features."""
+def backbone_identity(
+    backbone: nn.Module, model_node: DictConfig, device: torch.device
+) -> dict[str, Any] | None:
+    """What a backbone's features depend on besides its inputs: the model's config (less the
+    runner's keys), its weights, its structure and code, and the precision; None, after one
+    line saying why, when the code of one of its classes cannot be read."""
+    try:
+        code = code_digest(backbone)
+    except UnreadableCode as error:
+        _say(
+            f"features: not cached: the source of {error} (part of the backbone) cannot be "
+            "read, so an edit of it would go unseen; define it in a file to cache them"
+        )
+        return None
+    # The model node alone: the whole config holds Hydra's keys, some resolvable only in a job.
+    node = OmegaConf.to_container(model_node, resolve=True)
+    assert isinstance(node, dict)
+    return {
+        "model": {str(k): v for k, v in node.items() if k not in MODEL_RUNNER_KEYS},
+        "weights": weights_digest(backbone),
+        "code": code,
+        "precision": "bfloat16" if device.type == "cuda" else "float32",
+    }
+
+
+def _timed_extract(backbone: nn.Module, feed: Feed) -> tuple[torch.Tensor, str, float]:
+    """:func:`extract`, and the seconds it took."""
+    started = time.perf_counter()
+    features, fed = extract(backbone, feed)
+    return features, fed, time.perf_counter() - started
+
+
+def _unstable(split: str) -> str:
+    return (
+        f"features: {split}: not cached: the data gave other inputs when read again (a random "
+        "transform in the dataset?), so these features are of one reading; make the dataset's "
+        "transform deterministic to cache them"
+    )
+
+
+def _report(
+    computed: list[tuple[Path | None, torch.Tensor, float]], reused: list[Path], name: str
+) -> str:
+    """The run's one line about its features (a computed split not written has no file)."""
     parts = []
     if computed:
         n = sum(len(f) for _, f, _ in computed)
         dim = computed[0][1].shape[1]
         seconds = sum(s for _, _, s in computed)
-        files = ", ".join(str(p) for p, _, _ in computed)
+        files = ", ".join(str(p) for p, _, _ in computed if p is not None) or "not cached"
         parts.append(f"computed {n} x {dim} from {name} in {seconds:.1f} s ({files})")
     if reused:
         parts.append("reused " + ", ".join(str(p) for p in reused))
@@ -184,46 +225,52 @@ def weights_digest(module: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def cache_key(
-    content: str,
-    model_cfg: dict[str, Any],
-    weights: str,
-    in_shape: tuple[int, ...],
-    normalize: Normalize | None,
-    precision: str,
-) -> str:
-    """The digest a split's cached features are filed under and checked against: the split's
-    content digest, the backbone's config (less the runner's keys) and weights digest, the
-    input shape, the standardisation of images before the backbone and the precision."""
-    facts = {
-        "format": FORMAT,
-        "content": content,
-        "model": model_cfg,
-        "weights": weights,
-        "in_shape": list(in_shape),
-        "normalize": [list(map(float, v)) for v in normalize] if normalize is not None else None,
-        "precision": precision,
-    }
+def cache_key(inputs: str, identity: dict[str, Any]) -> str:
+    """The digest a split's cached features are filed under and checked against: the digest of
+    the inputs the backbone is fed (:func:`input_digest`) and the backbone's identity
+    (:func:`backbone_identity`)."""
+    facts = {"format": FORMAT, "inputs": inputs, **identity}
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def extract(
-    backbone: nn.Module,
-    x: Any,
-    normalize: Normalize | None,
-    device: torch.device,
-    num_workers: int | None,
-) -> torch.Tensor:
-    """``backbone``'s features of every sample of ``x`` (a tensor or samples read on demand),
-    converted as a training batch is, in order, as float32 on the CPU."""
-    feed = Feed(x, device, normalize, num_workers)
+class InputHash:
+    """A digest of the batches a backbone is fed, in order: each one's dtype, shape and bytes
+    (as on the CPU), every item of every batch."""
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()  # sha256: the fastest hashlib digest on x86 (SHA-NI)
+
+    def add(self, batch: torch.Tensor) -> None:
+        values = batch.detach().cpu().contiguous()
+        self._digest.update(f"{values.dtype}{tuple(values.shape)}".encode())
+        self._digest.update(values.reshape(-1).view(torch.uint8).numpy().data)
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
+def input_digest(feed: Feed) -> str:
+    """The digest of every input ``feed`` gives the backbone, read and converted as
+    :func:`extract` reads them (decoding and the dataset's transform included, no forward
+    pass): what the features are a function of."""
+    hashed = InputHash()
+    for batch in feed.batches(torch.arange(len(feed)), EXTRACT_BATCH):
+        hashed.add(batch)
+    return hashed.hexdigest()
+
+
+def extract(backbone: nn.Module, feed: Feed) -> tuple[torch.Tensor, str]:
+    """``backbone``'s features of every sample ``feed`` gives (converted as a training batch
+    is), in order, as float32 on the CPU; and the :func:`input_digest` of what it was fed."""
     chunks = []
+    hashed = InputHash()
     # Images in channels-last order: convolutions on the CPU run about 1.7x faster so
     # (EfficientNet-Lite0 at 224 pixels); the backbone goes back to the default order after.
     channels_last = False
     try:
-        with torch.inference_mode(), autocast(device):
+        with torch.inference_mode(), autocast(feed.device):
             for batch in feed.batches(torch.arange(len(feed)), EXTRACT_BATCH):
+                hashed.add(batch)
                 if batch.dim() == 4:
                     if not channels_last:
                         backbone.to(memory_format=torch.channels_last)
@@ -235,7 +282,7 @@ def extract(
             backbone.to(memory_format=torch.contiguous_format)
     # Concatenated outside inference mode: the head trains on a normal tensor (autograd refuses
     # inference tensors).
-    return torch.cat(chunks) if chunks else torch.empty(0, 0)
+    return (torch.cat(chunks) if chunks else torch.empty(0, 0)), hashed.hexdigest()
 
 
 def _checksum(features: torch.Tensor) -> str:

@@ -6,6 +6,7 @@ time (:func:`runner.data.batch.to_model_input`)."""
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import torch
 from runner.data.cut import LongTailCut, long_tail_source
 from runner.data.types import Augment, Feeding, LongTailData
 
+DECODED_FORMAT = 2  # of the decoded image-folder caches (2: keyed by the files' bytes)
 CIFAR_STATS = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
@@ -181,19 +183,43 @@ def _class_folders(root: Path) -> list[str]:
     return classes
 
 
+def _folder_key(root: Path) -> str:
+    """A digest of what decoding ``root`` gives: every file's relative path and bytes, and the
+    decoder's version (torchvision's). Files rewritten in place, with the same names, sizes and
+    times, give another key."""
+    import torchvision
+
+    digest = hashlib.sha256(f"{DECODED_FORMAT}:{torchvision.__version__}".encode())
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(f"\0{file.relative_to(root)}\0".encode())
+        with open(file, "rb") as handle:
+            digest.update(hashlib.file_digest(handle, "sha256").digest())
+    return digest.hexdigest()[:16]
+
+
+def _read_decoded(cache: Path) -> dict[str, Any] | None:
+    """The decoded folder cached at ``cache``; None (after one line) when it cannot be read."""
+    if not cache.is_file():
+        return None
+    try:
+        decoded: dict[str, Any] = torch.load(cache, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many kinds for a damaged file
+        print(f"data: {cache} is unreadable ({type(error).__name__}); decoding again", flush=True)
+        return None
+    return decoded
+
+
 def _decode_folder(root: Path, cache_dir: Path) -> dict[str, Any]:
-    """Decode ``root/{train,test}/<class>/*`` once into uint8 tensors; later calls read the cache."""
+    """Decode ``root/{train,test}/<class>/*`` once into uint8 tensors; later calls read the
+    cache, keyed by the files' contents (:func:`_folder_key`)."""
     from torchvision import datasets
     from torchvision.io import ImageReadMode, decode_image
 
     classes = _class_folders(root)
-    listing = sorted(
-        str(p.relative_to(root)) + f":{p.stat().st_size}" for p in root.rglob("*") if p.is_file()
-    )
-    key = hashlib.sha256("\n".join([str(root.resolve()), *listing]).encode()).hexdigest()[:16]
-    cache = cache_dir / f"image_folder-{key}.pt"
-    if cache.exists():
-        return torch.load(cache)
+    cache = cache_dir / f"image_folder-{_folder_key(root)}.pt"
+    cached = _read_decoded(cache)
+    if cached is not None:
+        return cached
 
     class UnionOfSplits(datasets.ImageFolder):
         def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
@@ -222,7 +248,9 @@ def _decode_folder(root: Path, cache_dir: Path) -> dict[str, Any]:
         decoded[f"{split}_x"] = torch.stack(images)
         decoded[f"{split}_y"] = torch.tensor(folder.targets)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    torch.save(decoded, cache)
+    temporary = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+    torch.save(decoded, temporary)
+    os.replace(temporary, cache)  # a reader finds the whole file or none
     return decoded
 
 

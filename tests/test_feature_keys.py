@@ -1,0 +1,254 @@
+"""The feature cache is keyed by what the backbone sees and by the backbone itself: other pixels
+behind the same file names, sizes and times, another transform, another dataset object, a
+random transform or an edited forward never get features computed for something else."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from PIL import Image
+from torch.utils.data import Dataset
+
+from runner.data import LongTailData
+from runner.features import freeze
+from runner.feeding import place
+from runner.parts import build, build_model
+from tests.conftest import compose_config
+
+pytestmark = pytest.mark.unit
+
+CPU = torch.device("cpu")
+SMALL_CNN = ("model=small_cnn", "model.width=4")
+STAMP_NS = 1_700_000_000_000_000_000  # one mtime for every image file
+
+
+def write_folder(root: Path, seed: int) -> Path:
+    """Two classes of six 8x8 PNG images (stored uncompressed: the size is the same whatever the
+    pixels), drawn from ``seed``, every file with the same mtime."""
+    rng = np.random.RandomState(seed)
+    for name in ("ant", "bee"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(6):
+            file = root / name / f"{i}.png"
+            Image.fromarray(rng.randint(0, 256, (8, 8, 3), np.uint8)).save(file, compress_level=0)
+            os.utime(file, ns=(STAMP_NS, STAMP_NS))
+    return root
+
+
+def listing(root: Path) -> list[tuple[str, int, int]]:
+    return sorted(
+        (str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*.png")
+    )
+
+
+def frozen(
+    cache: Path, *overrides: str, model: tuple[str, ...] = SMALL_CNN, dataset: dict | None = None
+) -> tuple:
+    """The features of every split ``freeze`` makes of the composed config (with ``dataset`` as
+    ``data.dataset``); the lines it printed are left for capsys."""
+    cfg = compose_config(
+        [
+            *overrides,
+            *model,
+            "model.freeze=true",
+            "trainer.augment=false",
+            f"features.cache_dir={cache}",
+        ]
+    )
+    if dataset is not None:
+        cfg.data.dataset = OmegaConf.create(dataset)
+    data: LongTailData = place(build("data", cfg.data), CPU)
+    torch.manual_seed(0)
+    net = build_model(cfg.model, data.in_shape, data.num_classes)
+    _, swapped, _ = freeze(net, data, cfg, CPU)
+    return swapped.train_x, swapped.test_x
+
+
+def folder_overrides(root: Path, *extra: str) -> list[str]:
+    return [
+        "data=torchvision",
+        f"data.dataset.root={root}",
+        "data.test_fraction=0.34",
+        "data.in_memory=false",  # through a DataLoader: the path whose key hashed file names
+        "data.num_workers=0",
+        *extra,
+    ]
+
+
+def last_line(capsys) -> str:
+    return capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_folders_alike_in_names_sizes_and_times_but_not_pixels_get_their_own_features(
+    tmp_path, capsys
+):
+    first, second = write_folder(tmp_path / "one", 1), write_folder(tmp_path / "two", 2)
+    assert listing(first) == listing(second)
+    cache = tmp_path / "cache"
+    a = frozen(cache, *folder_overrides(first))
+    assert last_line(capsys).startswith("features: computed ")
+    assert frozen(cache, *folder_overrides(first))[0].equal(a[0])
+    assert last_line(capsys).startswith("features: reused ")
+    b = frozen(cache, *folder_overrides(second))
+    assert last_line(capsys).startswith("features: computed ")
+    assert not torch.equal(a[0], b[0]) and not torch.equal(a[1], b[1])
+    # The same folder rewritten in place, names, sizes and times kept: its own features again.
+    write_folder(first, 2)
+    assert listing(first) == listing(second)
+    c = frozen(cache, *folder_overrides(first))
+    assert last_line(capsys).startswith("features: reused ")  # they are the second folder's
+    assert torch.equal(c[0], b[0]) and torch.equal(c[1], b[1])
+
+
+def test_a_changed_transform_gets_its_own_features(tmp_path, capsys):
+    root, cache = write_folder(tmp_path / "images", 3), tmp_path / "cache"
+    plain = frozen(cache, *folder_overrides(root))
+    grey = "+data.dataset.transform={_target_: torchvision.transforms.Grayscale, num_output_channels: 3}"
+    capsys.readouterr()
+    changed = frozen(cache, *folder_overrides(root, grey))
+    assert last_line(capsys).startswith("features: computed ")
+    assert not torch.equal(plain[0], changed[0])
+
+
+def test_an_image_folder_rewritten_in_place_is_decoded_and_featured_again(tmp_path, capsys):
+    """``data=image_folder_lt`` decodes into its own cache first: that cache is keyed by the
+    files' bytes too."""
+    root, cache = tmp_path / "images", tmp_path / "cache"
+    for split, seed in (("train", 4), ("test", 5)):
+        write_folder(root / split, seed)
+    args = [
+        "data=image_folder_lt",
+        f"data.root={root}",
+        f"data.cache_dir={tmp_path / 'decoded'}",
+        "data.imbalance_factor=2",
+    ]
+    before = frozen(cache, *args)
+    stamps = listing(root)
+    for split, seed in (("train", 6), ("test", 7)):
+        write_folder(root / split, seed)
+    assert listing(root) == stamps
+    capsys.readouterr()
+    after = frozen(cache, *args)
+    assert last_line(capsys).startswith("features: computed ")
+    assert not torch.equal(before[0], after[0])
+    assert len(list((tmp_path / "decoded").glob("*.pt"))) == 2
+
+
+class Pixels(Dataset):
+    """A dataset object with no ``.samples`` (no files to list): 8x8 images drawn from
+    ``seed``; ``jitter`` draws every read anew (a random transform)."""
+
+    def __init__(self, seed: int, jitter: bool = False) -> None:
+        self.images = torch.from_numpy(
+            np.random.RandomState(seed).randint(0, 256, (24, 3, 8, 8), np.uint8)
+        )
+        self.targets = [i % 2 for i in range(24)]
+        self.jitter = jitter
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image = self.images[index]
+        if self.jitter:
+            image = image ^ torch.randint(0, 2, image.shape, dtype=torch.uint8)
+        return image, self.targets[index]
+
+
+FEED = ("data=torchvision", "data.in_memory=false", "data.num_workers=0")
+
+
+def pixels(seed: int, jitter: bool = False) -> dict:
+    return {"_target_": f"{__name__}.Pixels", "seed": seed, "jitter": jitter}
+
+
+def test_another_dataset_object_with_other_pixels_gets_its_own_features(tmp_path, capsys):
+    first = frozen(tmp_path, *FEED, dataset=pixels(1))
+    second = frozen(tmp_path, *FEED, dataset=pixels(2))
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[1] for line in lines] == ["computed", "computed"], lines
+    assert not torch.equal(first[0], second[0])
+
+
+def test_a_dataset_that_reads_differently_every_time_is_not_cached(tmp_path, capsys):
+    frozen(tmp_path / "cache", *FEED, dataset=pixels(1, jitter=True))
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("features: train: not cached: the data gave other inputs")
+    assert lines[-1].startswith("features: computed ") and lines[-1].endswith("(not cached)")
+    assert not list((tmp_path / "cache").glob("*.pt"))
+
+
+NET = """
+from torch import nn
+
+from {helper} import {step}
+
+
+class Net(nn.Module):
+    def __init__(self, in_shape, num_classes):
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(64, 16))
+        self.out = nn.Linear(16, num_classes)
+
+    def forward(self, x):
+        return self.out({step}(self.body(x)))
+"""
+
+
+def write_net(folder: Path, module: str, step: str, helper: str = "torch") -> None:
+    (folder / f"{module}.py").write_text(NET.format(helper=helper, step=step))
+    importlib.invalidate_caches()
+    if module in sys.modules:
+        importlib.reload(sys.modules[module])
+
+
+def test_an_edited_forward_or_helper_of_the_users_backbone_gets_its_own_features(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    model = ("model=custom", "model._target_=edited_net.Net")
+    write_net(tmp_path, "edited_net", "relu")
+    first = frozen(tmp_path / "cache", "data=digits_lt", model=model)
+    frozen(tmp_path / "cache", "data=digits_lt", model=model)
+    assert last_line(capsys).startswith("features: reused ")
+    write_net(tmp_path, "edited_net", "sigmoid")  # the same parameters, another forward
+    second = frozen(tmp_path / "cache", "data=digits_lt", model=model)
+    assert last_line(capsys).startswith("features: computed ")
+    assert not torch.equal(first[0], second[0])
+    # A helper in another file of the user's, edited: the module that imports it is the same.
+    (tmp_path / "steps.py").write_text("import torch\n\ndef step(x):\n    return torch.tanh(x)\n")
+    write_net(tmp_path, "edited_net", "step", helper="steps")
+    tanh = frozen(tmp_path / "cache", "data=digits_lt", model=model)
+    (tmp_path / "steps.py").write_text("import torch\n\ndef step(x):\n    return torch.relu(x)\n")
+    importlib.reload(sys.modules["steps"])
+    write_net(tmp_path, "edited_net", "step", helper="steps")
+    capsys.readouterr()
+    relu = frozen(tmp_path / "cache", "data=digits_lt", model=model)
+    assert last_line(capsys).startswith("features: computed ")
+    assert not torch.equal(tanh[0], relu[0])
+    assert torch.equal(relu[0], first[0])  # relu again: the same features as the first
+
+
+def test_a_backbone_whose_code_cannot_be_read_is_not_cached(tmp_path, monkeypatch, capsys):
+    namespace: dict = {}
+    exec(NET.format(helper="torch", step="relu"), namespace)  # defined in no file
+    fileless = type(sys)("fileless_net")
+    fileless.Net = namespace["Net"]
+    fileless.Net.__module__ = "fileless_net"
+    monkeypatch.setitem(sys.modules, "fileless_net", fileless)
+    frozen(
+        tmp_path / "cache",
+        "data=digits_lt",
+        model=("model=custom", "model._target_=fileless_net.Net"),
+    )
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("features: not cached: the source of fileless_net.Net ")
+    assert lines[1].endswith("(not cached)") and not (tmp_path / "cache").exists()
