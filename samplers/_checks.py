@@ -46,17 +46,29 @@ def check_number(name: str, value: Any) -> float:
     return float(value)
 
 
-def as_labels(labels: Sequence[int] | torch.Tensor, num_classes: int | None = None) -> torch.Tensor:
-    """Validate class labels and return them as a 1-D int64 CPU tensor."""
-    if not isinstance(labels, torch.Tensor):
+def labels_tensor(labels: Any, expected: str) -> torch.Tensor:
+    """``labels`` as a detached CPU tensor, or a ValueError that says what was ``expected``."""
+    if isinstance(labels, torch.Tensor):
+        tensor = labels
+    else:
         try:
-            labels = torch.as_tensor(labels)
+            tensor = torch.as_tensor(labels)
         except (TypeError, ValueError, RuntimeError) as err:
             raise ValueError(
-                f"labels: could not convert to a tensor ({err}); pass a sequence of non-negative "
-                "integers or a 1-D integer tensor"
+                f"labels: could not convert to a tensor ({err}); pass {expected}"
             ) from None
-    labels = labels.detach().cpu()
+    return tensor.detach().cpu()
+
+
+def as_labels(labels: Sequence[int] | torch.Tensor, num_classes: int | None = None) -> torch.Tensor:
+    """Validate class labels and return them as a 1-D int64 CPU tensor."""
+    labels = labels_tensor(labels, "a sequence of non-negative integers or a 1-D integer tensor")
+    if labels.dim() == 2:
+        raise ValueError(
+            f"labels: expected a 1-D sequence, got shape {tuple(labels.shape)}; for an (N, C) "
+            "multi-label 0/1 matrix use MultiLabelClassAwareSampler, MultiLabelWeightedSampler "
+            "or MultiLabelInstanceSampler (docs/your-labels.md)"
+        )
     if labels.dim() != 1:
         raise ValueError(f"labels: expected a 1-D sequence, got shape {tuple(labels.shape)}")
     if labels.numel() == 0:

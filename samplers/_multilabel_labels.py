@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from samplers._checks import labels_tensor
+
 __all__ = ["as_label_matrix"]
 
 
@@ -26,15 +28,9 @@ def as_label_matrix(
     a positive label and classes without a positive sample pass here: each sampler says what it
     does with them. ``num_classes``, when given, must equal the number of columns.
     """
-    if not isinstance(labels, torch.Tensor):
-        try:
-            labels = torch.as_tensor(labels)
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise ValueError(
-                f"labels: could not convert to a tensor ({err}); pass an (N, C) 0/1 matrix: a "
-                "list of equally long rows, a numpy array or a tensor"
-            ) from None
-    labels = labels.detach().cpu()
+    labels = labels_tensor(
+        labels, "an (N, C) 0/1 matrix: a list of equally long rows, a numpy array or a tensor"
+    )
     if labels.dim() == 1:
         raise ValueError(
             f"labels: got a 1-D vector of shape {tuple(labels.shape)}; multi-label samplers take "
