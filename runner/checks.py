@@ -23,6 +23,7 @@ from runner.models.heads import HEADS
 SCHEDULES = ("cosine", "step", "constant")
 DEVICES = ("auto", "cpu", "cuda")
 CLASSIFIER_STAGES = ("retrain", "scale", "tau_norm")  # cRT, LWS, tau-normalisation
+CLASSIFIER_STAGE_MODES = ("train", "eval")  # the model's mode while the classifier stage trains
 
 
 def config_error(key: str, message: str) -> UserError:
@@ -83,6 +84,7 @@ CHOICES = {
     "trainer.schedule": SCHEDULES,
     "trainer.device": DEVICES,
     "trainer.classifier_stage": CLASSIFIER_STAGES,
+    "trainer.classifier_stage_mode": CLASSIFIER_STAGE_MODES,
 }
 
 
@@ -222,7 +224,8 @@ def check_targets(cfg: DictConfig) -> None:
 
 def check_classifier_stage(cfg: DictConfig) -> None:
     """LWS trains for ``trainer.classifier_epochs``; tau-normalisation takes no epochs, rescales a
-    linear head's weights and chooses its tau on a validation split, never on the test set."""
+    linear head's weights and chooses its tau on a validation split that halves (two or more
+    rows of a class), never on the test set."""
     trainer = cfg.trainer
     if trainer.classifier_stage == "scale" and not trainer.classifier_epochs:
         raise config_error(
@@ -244,6 +247,13 @@ def check_classifier_stage(cfg: DictConfig) -> None:
             "trainer.classifier_stage",
             f"tau_norm rescales a linear head's class weights, and model.head={cfg.model.head} "
             "has unit-norm ones already; use model.head=linear",
+        )
+    if cfg.data.get("val_per_class") == 1:
+        raise config_error(
+            "data.val_per_class",
+            "tau_norm chooses tau on one half of the validation split and scores it on the "
+            "other, and 1 row of every class leaves the second half empty; set "
+            "data.val_per_class=2 or more",
         )
     if not has_validation_split(cfg):
         raise config_error(

@@ -56,6 +56,7 @@ class TrainerConfig:
     classifier_lr: float | None = MISSING
     backbone_lr: float = MISSING
     classifier_stage: str = MISSING
+    classifier_stage_mode: str = MISSING
 
 
 @dataclass
@@ -201,8 +202,16 @@ ADDED_DEFAULTS = {"data.val_fraction": 0}  # keys added since, with the value ru
 NEUTRAL_DEFAULTS = {
     "trainer.backbone_lr": 1.0,
     "trainer.classifier_stage": "retrain",
+    "trainer.classifier_stage_mode": "eval",
     "model.freeze": False,
 }
+# Keys that change nothing while another is 0 or false (the classifier stage's mode without
+# classifier epochs): left out of the fingerprint then, whatever their value.
+INERT_WITHOUT = {"trainer.classifier_stage_mode": "trainer.classifier_epochs"}
+# Settings whose computation changed under the same config, and what it became: the fingerprint
+# of a config with one carries the change, so that a resumed sweep does not take a run recorded
+# before it for this config's (tau_norm: tau from 0..2, validation metrics cross-fitted).
+REVISED = {("trainer.classifier_stage", "tau_norm"): "tau cross-fitted on validation halves"}
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:
@@ -227,9 +236,17 @@ def _fingerprint(plain: dict[str, Any]) -> str:
 
 
 def _drop_neutral(plain: dict[str, Any], cfg: DictConfig) -> None:
+    """Leave out the keys at the behaviour runs had before them, and those that change nothing
+    in ``cfg``; mark the settings whose computation changed (:data:`REVISED`)."""
     for key, default in NEUTRAL_DEFAULTS.items():
         if OmegaConf.select(cfg, key) == default:
             _drop(plain, key)
+    for key, switch in INERT_WITHOUT.items():
+        if not OmegaConf.select(cfg, switch, default=None):
+            _drop(plain, key)
+    for (key, value), change in REVISED.items():
+        if OmegaConf.select(cfg, key, default=None) == value:
+            plain.setdefault("revised", {})[key] = change
 
 
 def config_key(cfg: DictConfig, keep: tuple[str, ...] = ()) -> str:

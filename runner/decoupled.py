@@ -9,15 +9,21 @@ are all that the classifier stage trains (:func:`runner.state.start_classifier_s
 
 tau-normalisation (``trainer.classifier_stage=tau_norm``): after training, with no further
 epochs, every class weight of the linear classifier becomes w_j / ||w_j||^tau
-(:func:`tau_normalised`), with tau chosen on the validation split's balanced accuracy over
-:data:`TAU_GRID` (:func:`choose_tau`). The bias is dropped, as in the reference implementation,
-whose tau-normalised logits are the features' dot products with the rescaled weights alone.
+(:func:`tau_normalised`). The bias is dropped, as in the reference implementation, whose
+tau-normalised logits are the features' dot products with the rescaled weights alone.
+
+tau is chosen on the validation split over :data:`TAU_GRID` (the reference's sweep) by balanced
+accuracy, and never scored on the rows that chose it (:func:`choose_tau`): the split is cut into
+two stratified halves (:func:`validation_halves`); the tau half A chooses makes half B's
+validation predictions and the tau half B chooses makes half A's, so that the validation metrics
+(what a race compares) read every row once, predicted with a tau its own row did not tune. The
+classifier keeps the tau the whole split chooses: the test set, which never chooses, scores it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -25,11 +31,13 @@ from torch import nn
 
 from runner.errors import UserError
 
-# The paper's range: tau=0 keeps the weights, tau=1 gives every class weight unit norm; above 1
-# the ordering of the norms inverts (||w_j / ||w_j||^tau|| = ||w_j||^(1 - tau)), favouring the
-# rare classes by more than balancing does. Steps of 0.1 as in the reference's sweep; a finer
-# grid would choose among differences the validation split cannot resolve.
-TAU_GRID: tuple[float, ...] = tuple(step / 10 for step in range(11))
+# The reference's sweep (its tau_norm.py: np.linspace(0, 2, 21)): tau=0 keeps the weights, tau=1
+# gives every class weight unit norm; above 1 the ordering of the norms inverts
+# (||w_j / ||w_j||^tau|| = ||w_j||^(1 - tau)), favouring the rare classes by more than balancing.
+TAU_GRID: tuple[float, ...] = tuple(step / 10 for step in range(21))
+# The halves are a function of the validation labels alone (this seed): every run on the same
+# split, whatever its own seed, cuts it alike, so the candidates of a race are scored alike.
+HALVES_SEED = 0
 
 
 class ScaledClassifier(nn.Module):
@@ -91,38 +99,88 @@ def tau_norm_classifier(model: nn.Module) -> nn.Linear:
     return classifier
 
 
+def balanced_accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
+    """The mean recall over the classes present in ``labels``: scikit-learn's
+    ``balanced_accuracy_score`` (which also drops classes only predicted), without its warning."""
+    present, index = np.unique(labels, return_inverse=True)
+    hits = np.bincount(index, weights=predictions == labels, minlength=len(present))
+    return float(np.mean(hits / np.bincount(index, minlength=len(present))))
+
+
+def validation_halves(labels: np.ndarray, seed: int = HALVES_SEED) -> np.ndarray:
+    """Half A of the validation rows as a mask (the rest is half B): within every class a seeded
+    random half of its rows, one more in A for an odd count. Stratified, so every class with two
+    or more rows is in both halves. A split with no class of two rows leaves half B empty and is
+    refused, naming the setting: tau cannot be chosen on one half and scored on the other."""
+    rng = np.random.default_rng(seed)
+    half_a = np.zeros(len(labels), dtype=bool)
+    for label in np.unique(labels):
+        half_a[rng.permutation(np.flatnonzero(labels == label))[::2]] = True
+    if half_a.all():
+        raise UserError(
+            "data.val_per_class / data.val_fraction: tau_norm chooses tau on one half of the "
+            f"validation split and scores it on the other, and its {len(labels)} rows hold no "
+            "class twice\nset data.val_per_class=2 or more (or a larger data.val_fraction)"
+        )
+    return half_a
+
+
 @dataclass(frozen=True)
 class TauChoice:
-    """The chosen ``tau`` and the validation split's balanced accuracy at every tau tried."""
+    """What :func:`choose_tau` chose and measured. ``tau`` (the whole validation split's choice)
+    is the one the classifier keeps; ``tau_a`` and ``tau_b`` are the halves' choices;
+    ``scores`` is the whole split's balanced accuracy at every tau of ``grid`` (the tuning curve:
+    in-sample, never an estimate); ``cross_fitted`` holds the validation predictions, every row's
+    made with the tau chosen on the half it is not in."""
 
     tau: float
+    tau_a: float
+    tau_b: float
     grid: tuple[float, ...]
     scores: tuple[float, ...]
+    cross_fitted: np.ndarray = field(repr=False)
 
     def metrics(self) -> dict[str, float]:
-        """``decoupled/tau`` and the validation curve, one key per tau tried."""
+        """``decoupled/tau``, the halves' taus and the tuning curve, one key per tau tried."""
         curve = {
             f"decoupled/val_balanced_accuracy/tau_{tau:.2f}": score
             for tau, score in zip(self.grid, self.scores, strict=True)
         }
-        return {"decoupled/tau": self.tau, **curve}
+        halves = {"decoupled/tau_half_a": self.tau_a, "decoupled/tau_half_b": self.tau_b}
+        return {"decoupled/tau": self.tau, **halves, **curve}
+
+
+def _best(predictions: np.ndarray, labels: np.ndarray) -> tuple[int, list[float]]:
+    """The row of ``predictions`` (one per tau) with the highest balanced accuracy (the first of
+    equal maxima: the smallest tau, the least change) and every row's score."""
+    scores = [balanced_accuracy(labels, row) for row in predictions]
+    return int(np.argmax(scores)), scores
 
 
 @torch.no_grad()
 def choose_tau(
-    classifier: nn.Linear, validation_score: Callable[[], float], grid: tuple[float, ...] = TAU_GRID
+    classifier: nn.Linear,
+    predict: Callable[[], np.ndarray],
+    labels: np.ndarray,
+    grid: tuple[float, ...] = TAU_GRID,
 ) -> TauChoice:
-    """Tau-normalise ``classifier`` in place with the tau of ``grid`` whose validation score is
-    highest (the smallest such tau on a tie: the least change). ``validation_score`` measures
-    the model as the classifier stands when it is called; the test set never takes part. The
-    bias, if any, is zeroed first and stays zero."""
+    """Tau-normalise ``classifier`` in place with the tau of ``grid`` whose balanced accuracy on
+    the whole validation split is highest, and cross-fit the validation predictions (see the
+    module's docstring). ``predict`` gives the model's predictions of the validation rows, whose
+    labels are ``labels``, as the classifier stands when it is called; the test set never takes
+    part. The bias, if any, is zeroed first and stays zero."""
+    half_a = validation_halves(labels)
     trained = classifier.weight.detach().clone()
     if classifier.bias is not None:
         classifier.bias.zero_()
-    scores = []
+    predictions = []
     for tau in grid:
         classifier.weight.copy_(tau_normalised(trained, tau))
-        scores.append(validation_score())
-    best = int(np.argmax(scores))  # the first of equal maxima
-    classifier.weight.copy_(tau_normalised(trained, grid[best]))
-    return TauChoice(grid[best], grid, tuple(scores))
+        predictions.append(predict())
+    table = np.stack(predictions)  # (taus, validation rows)
+    whole, scores = _best(table, labels)
+    a, _ = _best(table[:, half_a], labels[half_a])
+    b, _ = _best(table[:, ~half_a], labels[~half_a])
+    classifier.weight.copy_(tau_normalised(trained, grid[whole]))
+    cross_fitted = np.where(half_a, table[b], table[a])
+    return TauChoice(grid[whole], grid[a], grid[b], grid, tuple(scores), cross_fitted)

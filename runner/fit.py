@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from runner.data import Augment, augment_batch
-from runner.decoupled import choose_tau, tau_norm_classifier
+from runner.decoupled import TauChoice, choose_tau, tau_norm_classifier, validation_halves
 from runner.errors import UserError
 from runner.evaluation import Evaluation, evaluate
 from runner.feeding import Feed
@@ -100,7 +100,7 @@ def train_epoch(
     losses = state.epoch_losses = state.epoch_losses.to(device)
     loss_sum = state.epoch_loss_sum = state.epoch_loss_sum.to(device)
     check_every = 1 if device.type == "cpu" else _CHECK_EVERY
-    model.train(not state.classifier_only)
+    model.train(state.train_mode)
     net = model if parallel is None else parallel.module  # the module that averages gradients
     share = (0, 1) if parallel is None else (parallel.rank, parallel.world_size)
     batches = delivered.to(device, non_blocking=True).split(per_batch)
@@ -201,7 +201,8 @@ def fit(
     ``trainer.classifier_epochs`` (cRT, LWS) the classifier stage follows ``trainer.epochs``;
     the evaluation that ends stage one is also logged as ``stage1/*``. With
     ``trainer.classifier_stage=tau_norm`` the classifier is tau-normalised after the last epoch
-    trains, before it is evaluated (:func:`_tau_normalise`)."""
+    trains, before it is evaluated, and that evaluation's validation metrics are cross-fitted
+    (:func:`_tau_normalise`)."""
     trainer, data, state = parts.trainer, parts.data, parts.state
     names = data.class_names
     feed = (parts.device, data.normalize, data.feeding.num_workers)
@@ -215,8 +216,10 @@ def fit(
     tabled = per_class_as_table(
         parts.tracking, data.num_classes
     )  # many classes: one table an epoch
-    if trainer.classifier_stage == "tau_norm":
-        tau_norm_classifier(state.model)  # a head it cannot rescale is refused before training
+    if trainer.classifier_stage == "tau_norm":  # what it cannot work with, refused before training
+        tau_norm_classifier(state.model)
+        assert data.val_y is not None  # the config check refuses tau_norm without a split
+        validation_halves(data.val_y.numpy())
     with stop_on_signals(deferred=True):
         while state.epoch < (last if until is None else min(until, last)):
             if state.epoch >= trainer.epochs and not state.classifier_only:
@@ -260,8 +263,10 @@ def fit(
             # The classifier's (the last group): a backbone_lr factor gives the features their own.
             metrics["train/lr"] = state.optimizer.param_groups[-1]["lr"]
             stage_one_ends = state.epoch == trainer.epochs < last
+            tuned: TauChoice | None = None  # tau-normalisation chooses on validation: cross-fitted
             if state.epoch == last and trainer.classifier_stage == "tau_norm":
-                metrics.update(_tau_normalise(parts, val_x))  # before the last evaluation
+                tuned = _tau_normalise(parts, val_x)  # before the last evaluation
+                metrics.update(tuned.metrics())
             if state.epoch % trainer.eval_every == 0 or state.epoch == last or stage_one_ends:
                 evaluation = _evaluate(parts, test_x, test_y)
                 metrics.update(evaluation.metrics(names, per_class=not tabled))
@@ -271,7 +276,12 @@ def fit(
                 progress.latest = evaluation
                 score = evaluation.balanced_accuracy
                 if val_x is not None and data.val_y is not None:  # the honest best epoch
-                    validation = _evaluate(parts, val_x, data.val_y.numpy())
+                    labels = data.val_y.numpy()
+                    validation = (
+                        _evaluate(parts, val_x, labels)
+                        if tuned is None
+                        else _scored(parts, labels, tuned.cross_fitted)
+                    )
                     metrics.update(validation.metrics(names, "val", per_class=not tabled))
                     columns.update(validation.class_columns("val"))
                     progress.latest_val = validation
@@ -303,31 +313,40 @@ def fit(
 
 
 def _evaluate(parts: Parts, x: Feed, y: np.ndarray) -> Evaluation:
+    return _scored(parts, y, _predict(parts, x))
+
+
+def _predict(parts: Parts, x: Feed) -> np.ndarray:
     with autocast(parts.device):
-        predictions = x.predict(parts.state.model, parts.trainer.eval_batch_size)
+        return x.predict(parts.state.model, parts.trainer.eval_batch_size)
+
+
+def _scored(parts: Parts, y: np.ndarray, predictions: np.ndarray) -> Evaluation:
     counts, shots = parts.data.train_counts.numpy(), parts.evaluation
     return evaluate(y, predictions, counts, parts.data.class_names, shots.many_shot, shots.few_shot)
 
 
-def _tau_normalise(parts: Parts, val_x: Feed | None) -> dict[str, float]:
-    """Tau-normalise the trained classifier with the tau the validation split chooses
-    (:func:`runner.decoupled.choose_tau`); the metrics that record the choice. Run once, when
-    the last epoch has trained and before it is evaluated, so that the last evaluation, the
-    final metrics, the last checkpoint and the logged model are the tau-normalised classifier's,
-    and a run resumed from that checkpoint does not choose again."""
+def _tau_normalise(parts: Parts, val_x: Feed | None) -> TauChoice:
+    """Tau-normalise the trained classifier with the tau the validation split chooses, and
+    cross-fit the validation predictions (:func:`runner.decoupled.choose_tau`): the last
+    evaluation's validation metrics are made from those, never from a tau chosen on the row it
+    predicts. Run once, when the last epoch has trained and before it is evaluated, so that the
+    last evaluation, the final metrics, the last checkpoint and the logged model are the
+    tau-normalised classifier's, and a run resumed from that checkpoint does not choose again."""
     val_y = parts.data.val_y
     assert val_x is not None and val_y is not None  # refused before training without a split
     labels = val_y.numpy()
     choice = choose_tau(
-        tau_norm_classifier(parts.state.model),
-        lambda: _evaluate(parts, val_x, labels).balanced_accuracy,
+        tau_norm_classifier(parts.state.model), lambda: _predict(parts, val_x), labels
     )
     log.info(
-        "tau-normalisation: tau %.1f chosen on the validation split (balanced accuracy %.4f)",
+        "tau-normalisation: tau %.1f chosen on the validation split (the test set's); "
+        "validation scored cross-fitted with tau %.1f (half A) and %.1f (half B)",
         choice.tau,
-        max(choice.scores),
+        choice.tau_a,
+        choice.tau_b,
     )
-    return choice.metrics()
+    return choice
 
 
 def _divergence_cause(parts: Parts, classifier_only: bool) -> tuple[str, str]:

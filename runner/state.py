@@ -4,7 +4,7 @@ classifier stage changes it, and how it is checkpointed and restored.
 
 A run has one stage, or two with ``trainer.classifier_epochs`` (cRT and LWS, Kang et al. 2020):
 after ``trainer.epochs`` the classifier is re-initialised and trained alone (cRT), or kept and
-rescaled per class by learnt factors (LWS), everything else frozen."""
+rescaled per class by learnt factors (LWS), every other weight frozen."""
 
 from __future__ import annotations
 
@@ -50,6 +50,12 @@ class TrainState:
     epoch_losses: torch.Tensor | None = None
     epoch_loss_sum: torch.Tensor | None = None
     parallel: DataParallel | None = None
+
+    @property
+    def train_mode(self) -> bool:
+        """Whether the model trains in train mode: always in stage one; in the classifier stage
+        as ``trainer.classifier_stage_mode`` says (see :func:`start_classifier_stage`)."""
+        return not self.classifier_only or self.config.classifier_stage_mode == "train"
 
     @property
     def world_size(self) -> int:
@@ -225,8 +231,7 @@ def build_state(
 
 def start_classifier_stage(state: TrainState) -> None:
     """The classifier stage of a decoupled recipe (Kang et al. 2020, "Decoupling representation
-    and classifier"): every weight is frozen and the model runs in eval mode, so BatchNorm
-    statistics stay those of stage one too; then, by ``trainer.classifier_stage``,
+    and classifier"): every weight is frozen; then, by ``trainer.classifier_stage``,
 
     - ``retrain`` (cRT): the classifier (``model.classifier``) is re-initialised by its layer's
       own ``reset_parameters`` (torch's default for a linear layer) and trains alone;
@@ -237,7 +242,15 @@ def start_classifier_stage(state: TrainState) -> None:
     A fresh SGD (same momentum and weight decay) starts at ``classifier_lr`` (default ``lr``)
     and follows a cosine to zero over ``classifier_epochs``. The sampler decides what the stage
     draws (cRT and LWS: class-balanced, ``sampler=deferred`` with
-    ``switch_epoch=${trainer.epochs}``)."""
+    ``switch_epoch=${trainer.epochs}``).
+
+    The model trains in the mode ``trainer.classifier_stage_mode`` names (:attr:`TrainState.
+    train_mode`): ``train``, the reference implementation's (its classifier stage calls
+    ``model.train()`` on the frozen feature model), normalises with batch statistics and
+    re-estimates the frozen backbone's BatchNorm running statistics on the stage's batches
+    (class-balanced), and runs any dropout; ``eval`` keeps stage one's statistics and no
+    dropout. A backbone frozen by ``model.freeze`` stays in eval mode either way
+    (:class:`runner.features.FrozenBackbone`), its features cached or not."""
     cfg, model = state.config, state.model
     classifier = model.classifier
     assert isinstance(classifier, torch.nn.Module), "a classifier stage needs model.classifier"

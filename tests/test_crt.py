@@ -23,18 +23,23 @@ X = torch.randn(96, 3, 8, 8, generator=torch.Generator().manual_seed(0))
 Y = torch.tensor([0] * 60 + [1] * 24 + [2] * 12)  # long-tailed: 60 / 24 / 12
 
 
-def _fresh(classifier_epochs: int = 2):
+def _fresh(classifier_epochs: int = 2, mode: str = "train"):
     torch.manual_seed(0)
     cfg = trainer_config(
-        epochs=1, batch_size=16, warmup_epochs=0, classifier_epochs=classifier_epochs
+        epochs=1,
+        batch_size=16,
+        warmup_epochs=0,
+        classifier_epochs=classifier_epochs,
+        classifier_stage_mode=mode,
     )
     sampler = DeferredSampler(Y, switch_epoch=1, seed=4)
     state = build_state(SmallCNN((3, 8, 8), 3, width=8), sampler, cfg, seed=0)
     return state, ClassWeightedLoss(torch.bincount(Y), None, epochs=1, weights=None)
 
 
-def test_stage_two_trains_only_the_classifier():
-    state, loss_fn = _fresh()
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_stage_two_trains_only_the_classifier(mode):
+    state, loss_fn = _fresh(mode=mode)
     train_epoch(state, X, Y, loss_fn, 16, augment=None)  # stage one: everything trains
     after_one = copy.deepcopy(state.model.state_dict())
     head = next(n for n, m in state.model.named_modules() if m is state.model.classifier) + "."
@@ -48,14 +53,42 @@ def test_stage_two_trains_only_the_classifier():
     assert state.epoch == total_epochs(state.config) == 3
     after_two = state.model.state_dict()
     frozen = [k for k in after_two if not k.startswith(head)]
-    # Every weight and BatchNorm statistic of the backbone is bit-for-bit that of stage one ...
-    assert frozen and all(torch.equal(after_two[k], after_one[k]) for k in frozen)
-    assert any("running_mean" in k for k in frozen)
+    weights = {n for n, _ in state.model.named_parameters() if not n.startswith(head)}
+    statistics = [k for k in frozen if k not in weights]  # BatchNorm's: means, variances, counts
+    assert weights and {k.rsplit(".", 1)[-1] for k in statistics} == {
+        "running_mean",
+        "running_var",
+        "num_batches_tracked",
+    }
+    # Every backbone weight is bit-for-bit that of stage one ...
+    assert all(torch.equal(after_two[k], after_one[k]) for k in weights)
+    # ... its BatchNorm statistics re-estimated on stage two's batches in train mode (the
+    # reference's), kept in eval mode ...
+    moved = [k for k in statistics if not torch.equal(after_two[k], after_one[k])]
+    assert moved == (statistics if mode == "train" else [])
     # ... the classifier moved away from its re-initialisation, drawn class-balanced.
     assert not torch.equal(after_two[head + "weight"], reinitialised["weight"])
     drawn = torch.bincount(Y[result.delivered], minlength=3).double() / result.delivered.numel()
     assert torch.allclose(state.sampler.target_class_shares(), torch.full((3,), 1 / 3).double())
     assert drawn.min() > 0.2  # instance-balanced would give the last class 12/96 = 0.125
+
+
+def test_the_train_mode_statistics_are_those_of_the_stage_batches():
+    """Against the reference's formula: a frozen BatchNorm in train mode (the reference's
+    ``model.train()`` with the feature model's weights frozen) moves its running mean by
+    ``momentum`` towards each batch's mean, the batches being the classifier stage's."""
+    state, loss_fn = _fresh(classifier_epochs=1)
+    train_epoch(state, X, Y, loss_fn, 16, augment=None)
+    start_classifier_stage(state)
+    first_bn = next(m for m in state.model.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    inputs: list[torch.Tensor] = []
+    first_bn.register_forward_pre_hook(lambda _, args: inputs.append(args[0].detach().clone()))
+    expected = first_bn.running_mean.clone()
+    result = train_epoch(state, X, Y, loss_fn, 16, augment=None)
+    for batch in inputs:
+        expected = (1 - first_bn.momentum) * expected + first_bn.momentum * batch.mean((0, 2, 3))
+    assert len(inputs) == len(result.delivered) // 16
+    assert torch.allclose(first_bn.running_mean, expected, atol=1e-6)
 
 
 def test_a_stage_two_checkpoint_resumes_exactly():
