@@ -8,6 +8,16 @@ re-checked against the paper here (no access offline). Some rows differ from the
 own reports (e.g. Cao et al. 2019 give 22.97 for LDAM-DRW on CIFAR-10-LT); these are the
 collected table's, as quoted.
 
+BagofTricks-LT's repository (documents/trick_gallery.md) reports other numbers for some of
+these methods, on Cui et al.'s CIFAR-LT files (e.g. 29.35 for progressive sampling on
+CIFAR-10-LT); the numbers here are the ones quoted above, not those.
+
+The recipes a row is compared with follow the references' code: ``drw`` and ``ldam_drw`` divide
+a batch's weighted loss by its sum of weights (kaidic/LDAM-DRW's ``F.cross_entropy(weight=)``),
+``progressive`` is Kang et al.'s schedule, fully class-balanced in the last epoch (BagofTricks-LT
+uses (t+1)/T over 1-based epochs, at most 1/T from it), and ``class_balanced`` is class-balanced
+re-sampling (q=0), not Cui et al.'s class-balanced loss (``loss=cb_ce``).
+
 A study names its table with ``tracking.reference`` (conf/experiment/cifar10_lt_paper.yaml);
 the report then puts each method's measured error beside the published one."""
 
