@@ -1,12 +1,16 @@
-"""Any ``nn.Module`` as a :class:`FeatureClassifier`: one that already exposes ``features``,
-``classifier`` and ``feature_dim`` as it is (``feature_dim`` says it means the contract:
-torchvision's MobileNet has a ``features`` trunk before its pooling); any other split at its final linear layer (the last
-``nn.Linear`` it registers with ``num_classes`` outputs), which becomes ``classifier`` while the
-module, with an identity in that layer's place, becomes ``features``."""
+"""Any ``nn.Module`` as a :class:`FeatureClassifier` that computes what the module computes: one
+that already exposes ``features``, ``classifier`` and ``feature_dim`` as it is (``feature_dim``
+says it means the contract: torchvision's MobileNet has a ``features`` trunk before its
+pooling); any other split at its final linear layer (the last ``nn.Linear`` it registers with
+``num_classes`` outputs), which becomes ``classifier`` while the module, with an identity in
+that layer's place, becomes ``features``, where its forward returns that layer's output."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
+import torch.fx
 from torch import nn
 
 from runner.models.heads import FeatureClassifier, classifier_head
@@ -34,15 +38,26 @@ def replace_layer(module: nn.Module, name: str, layer: nn.Module) -> nn.Module:
 
 
 def as_feature_classifier(
-    model: nn.Module, num_classes: int, head: str | None, target: str
+    model: nn.Module,
+    num_classes: int,
+    head: str | None,
+    target: str,
+    in_shape: Sequence[int] | None = None,
 ) -> FeatureClassifier:
-    """``model`` split into features and classifier; with ``head`` (linear or cosine; None when
-    ``model`` built its own from ``model.head``), a cosine head replaces the classifier it has.
-    A module that neither exposes the split nor ends in such a layer is a user error naming
+    """``model`` split into features and classifier, computing what ``model``'s own forward
+    computes; with ``head`` (linear or cosine; None when ``model`` built its own from
+    ``model.head``), a cosine head replaces the classifier it has.
+
+    A split at the final linear layer is used only where it is exact: torch.fx's graph of the
+    forward returns that layer's output (its one call), and, given ``in_shape``, the split
+    module's output on a seeded probe batch equals the module's own (as it does for one that
+    declares ``features``, ``classifier`` and ``feature_dim``). A module that fails either, that
+    has no such layer, or that neither check can read is a :class:`ValueError` naming
     ``target``."""
-    if isinstance(model, FeatureClassifier):
-        adopted = model
-    elif isinstance(getattr(model, "feature_dim", None), int) and all(
+    if isinstance(model, FeatureClassifier):  # the runner's own: built to the contract
+        return _with_head(model, num_classes, head)
+    probe = _probe(model, in_shape, target)
+    if isinstance(getattr(model, "feature_dim", None), int) and all(
         isinstance(getattr(model, a, None), nn.Module) for a in ("features", "classifier")
     ):
         adopted = FeatureClassifier(model.features, model.classifier, model.feature_dim)  # type: ignore[arg-type]
@@ -51,15 +66,105 @@ def as_feature_classifier(
         if name is None:
             raise ValueError(
                 f"{target} has no final nn.Linear with num_classes={num_classes} outputs to use "
-                "as its classifier; end it in one, or give it `features`, `classifier` and "
-                "`feature_dim` attributes (docs/your-model.md)"
+                f"as its classifier; {_FIX}"
             )
+        _returns_layer(model, name, target, traced_only=probe is None)
         classifier = replace_layer(model, name, nn.Identity())
         assert isinstance(classifier, nn.Linear)
         adopted = FeatureClassifier(model, classifier, classifier.in_features)
+    if probe is not None:
+        _same_outputs(adopted, *probe, target)
+    return _with_head(adopted, num_classes, head)
+
+
+def _with_head(adopted: FeatureClassifier, num_classes: int, head: str | None) -> FeatureClassifier:
     if head is not None and head != "linear":
         adopted.classifier = classifier_head(adopted.feature_dim, num_classes, head)
     return adopted
+
+
+_FIX = (
+    "return that layer's output (the logits) from forward, or give the module `features`, "
+    "`classifier` and `feature_dim` attributes (docs/your-model.md)"
+)
+
+
+def _returns_layer(model: nn.Module, name: str, target: str, traced_only: bool) -> None:
+    """Refuse ``model`` unless its forward, as torch.fx traces it, returns the output of its one
+    call of layer ``name``. A forward fx cannot trace passes when the probe is to check it
+    (``traced_only`` False), else it is refused too: nothing would tell the split is exact."""
+    try:
+        graph = torch.fx.symbolic_trace(model).graph
+    except Exception as error:  # fx raises many kinds for control flow it cannot follow
+        if not traced_only:
+            return
+        raise ValueError(
+            f"{target}: cannot tell whether its forward ends in its final nn.Linear {name!r} "
+            f"(torch.fx cannot trace it: {type(error).__name__}); {_FIX}"
+        ) from None
+    calls = [n for n in graph.nodes if n.op == "call_module" and n.target == name]
+    (output,) = (n for n in graph.nodes if n.op == "output")
+    returned = output.args[0]
+    if len(calls) == 1 and returned is calls[0]:
+        return
+    if len(calls) != 1:
+        what = f"calls its final nn.Linear {name!r} {len(calls)} times"
+    else:
+        step = getattr(returned, "target", returned)
+        step = getattr(step, "__name__", step)
+        what = f"returns {step} of its final nn.Linear {name!r}, not that layer's output"
+    raise ValueError(
+        f"{target}: its forward {what}, so it cannot be split into features and a classifier "
+        f"without changing what it computes; {_FIX}"
+    )
+
+
+PROBE_SEED = 20_011
+
+
+def _probe(
+    model: nn.Module, in_shape: Sequence[int] | None, target: str
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A seeded batch of two ``in_shape`` inputs and ``model``'s outputs on it (eval mode, so no
+    statistics change and dropout is off); None without ``in_shape``."""
+    if in_shape is None:
+        return None
+    x = torch.randn(2, *in_shape, generator=torch.Generator().manual_seed(PROBE_SEED))
+    try:
+        return x, _eval_forward(model, x)
+    except RuntimeError as error:  # e.g. a first layer made for another shape
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+        raise ValueError(
+            f"{target} cannot take the data's inputs, shape (N, {', '.join(map(str, in_shape))}) "
+            f"({first}); make it take them (its in_shape argument) or change the data"
+        ) from None
+
+
+@torch.no_grad()
+def _eval_forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    was_training = model.training
+    model.eval()
+    try:
+        out: torch.Tensor = model(x)
+    finally:
+        model.train(was_training)
+    return out
+
+
+def _same_outputs(
+    adopted: FeatureClassifier, x: torch.Tensor, expected: torch.Tensor, target: str
+) -> None:
+    """Refuse a split whose ``classifier(features(x))`` is not ``expected`` (the same operations
+    in the same order: equal up to float rounding)."""
+    got = _eval_forward(adopted, x)
+    if got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-4, atol=1e-5):
+        return
+    gap = (got - expected).abs().max().item() if got.shape == expected.shape else float("nan")
+    raise ValueError(
+        f"{target}: features then classifier compute other outputs than its forward (by up to "
+        f"{gap:.3g} on a probe batch), so it cannot be split without changing what it "
+        f"computes; {_FIX}"
+    )
 
 
 @torch.no_grad()

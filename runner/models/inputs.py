@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import socket
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from runner.errors import UserError
 
 
 class InputAdapter(nn.Module):
@@ -69,16 +72,14 @@ def reachable(host: str, timeout: float = 5.0) -> bool:
 def load_weights(module: nn.Module, path: str, skip: str | None = None) -> None:
     """Load ``path`` (a state dict saved with ``torch.save``, or a ``.safetensors`` file) into
     ``module`` strictly: every tensor of the module from the file, of the same shape, and no
-    other; the file's tensors under ``skip`` (a pretrained classifier the run replaces) aside."""
+    other; the file's tensors under ``skip`` (a pretrained classifier the run replaces) aside.
+    Nothing in the file runs: ``torch.load(weights_only=True)`` reads tensors and plain
+    containers only, and a file that cannot be read so (damaged, not a weights file, or a
+    pickle that would run code) is a :class:`UserError` of two lines naming the file."""
     file = Path(path).expanduser()
     if not file.is_file():
         raise FileNotFoundError(f"model.weights={path}: no such file")
-    if file.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        state = load_file(str(file))
-    else:
-        state = torch.load(file, map_location="cpu", weights_only=True)
+    state = _read_state(file, path)
     if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
         raise ValueError(
             f"model.weights={path} is not a state dict (a mapping of names to tensors)"
@@ -96,3 +97,42 @@ def load_weights(module: nn.Module, path: str, skip: str | None = None) -> None:
         module.load_state_dict(state, strict=True)
     except RuntimeError as error:  # shapes that differ
         raise ValueError(f"model.weights={path} does not fit the model: {error}") from None
+
+
+SAVE_HINT = "save the weights with torch.save(model.state_dict(), path) or as .safetensors"
+
+
+def _read_state(file: Path, path: str) -> object:
+    """The file's contents, read without running any of it."""
+    try:
+        if file.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(file))
+        with warnings.catch_warnings():  # torch's note on pickle protocols: not the user's concern
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch and safetensors raise many kinds for a bad file
+        why = _reason(error)
+        if "GLOBAL" in why:  # a pickle that names code to import: refused before it ran
+            raise UserError(
+                f"model.weights={path}: refused: the file is a pickle that would run code "
+                f"({why}), not only tensors; nothing of it ran\n{SAVE_HINT}"
+            ) from None
+        kind = "a .safetensors file" if file.suffix == ".safetensors" else "a torch.save state dict"
+        raise UserError(
+            f"model.weights={path}: cannot be read as {kind} ({type(error).__name__}: {why}); "
+            f"it is damaged or not a weights file\n{SAVE_HINT}"
+        ) from None
+
+
+def _reason(error: Exception) -> str:
+    """What went wrong, in one short phrase: the first line of ``error`` that is neither torch's
+    advice about ``weights_only`` (which would run the file's code) nor a pointer to its docs."""
+    advice = ("weights_only", "documentation", "file an issue", "Weights only load failed")
+    lines = [
+        line.strip()
+        for line in str(error).splitlines()
+        if line.strip() and not any(a in line for a in advice)
+    ]
+    return lines[0][:160].rstrip(".") if lines else "no message"

@@ -1,0 +1,188 @@
+"""Models and weights as the user gives them: a module is used as its own forward computes or
+refused in one line; a weights file that cannot be read safely is refused in two lines naming
+it, and a pickle that would run code never runs it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch import nn
+from torch.nn import functional as F
+
+from runner.errors import UserError
+from runner.models.adopt import as_feature_classifier
+from runner.parts import build_model
+from tests.conftest import compose_config
+from tests.helpers.cli import run_cli
+
+pytestmark = pytest.mark.unit
+
+MNIST_NET = '''
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Net(nn.Module):
+    """pytorch/examples' MNIST network (mnist/main.py): its forward ends in log_softmax."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, num_classes)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        x = F.max_pool2d(x, 2)
+        x = self.dropout1(x)
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = self.dropout2(x)
+        x = self.fc2(x)
+        return F.log_softmax(x, dim=1)
+'''
+
+
+def test_a_module_ending_in_log_softmax_is_refused_in_one_line(tmp_path, monkeypatch):
+    (tmp_path / "mnist_net.py").write_text(MNIST_NET)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = compose_config(["model=custom", "model._target_=mnist_net.Net"])
+    with pytest.raises(UserError) as error:
+        build_model(cfg.model, (1, 28, 28), 10)
+    message = str(error.value)
+    assert len(message.splitlines()) == 1
+    assert (
+        "mnist_net.Net" in message and "returns log_softmax of its final nn.Linear 'fc2'" in message
+    )
+
+
+class Branching(nn.Module):
+    """A forward torch.fx cannot trace (it branches on a tensor's value); ``log_softmax``
+    after the final linear layer, or not."""
+
+    def __init__(self, num_classes: int = 3, log_softmax: bool = True) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU())
+        self.fc = nn.Linear(8, num_classes)
+        self.log_softmax = log_softmax
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 1e9:  # never, on the data: fx cannot follow it all the same
+            x = x / 2
+        logits = self.fc(self.body(x))
+        return F.log_softmax(logits, dim=1) if self.log_softmax else logits
+
+
+class Declared(nn.Module):
+    """Declares ``features``, ``classifier`` and ``feature_dim``; its forward is ``scale``
+    times theirs."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Flatten(), nn.Linear(12, 8))
+        self.classifier = nn.Linear(8, 3)
+        self.feature_dim = 8
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * self.classifier(self.features(x))
+
+
+SHAPE = (3, 2, 2)
+
+
+def test_a_split_that_would_change_the_output_is_refused_by_the_probe_where_fx_cannot_trace():
+    with pytest.raises(ValueError, match="other outputs than its forward \\(by up to"):
+        as_feature_classifier(Branching(), 3, None, "Branching", SHAPE)
+    with pytest.raises(ValueError, match="torch.fx cannot trace it"):
+        as_feature_classifier(Branching(log_softmax=False), 3, None, "Branching")  # no shape
+    with pytest.raises(ValueError, match="other outputs than its forward"):
+        as_feature_classifier(Declared(2.0), 3, None, "Declared", SHAPE)
+
+
+@pytest.mark.parametrize("module", [Branching(log_softmax=False), Declared(1.0)])
+def test_a_module_whose_split_is_exact_computes_what_its_forward_computes(module):
+    x = torch.randn(5, *SHAPE)
+    expected = module.eval()(x)
+    adopted = as_feature_classifier(module, 3, None, "module", SHAPE).eval()
+    assert torch.allclose(adopted(x), expected, atol=1e-6)
+    assert adopted.features(x).shape == (5, 8)
+
+
+def random_bytes(path):
+    path.write_bytes(os.urandom(4096))
+    return path
+
+
+class Planted:
+    """A pickle whose loading would run a shell command (creating ``marker``)."""
+
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def timm_with(weights) -> None:
+    cfg = compose_config(["model=timm", "model.name=resnet18", f"model.weights={weights}"])
+    build_model(cfg.model, (3, 8, 8), 4)
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_a_weights_file_of_random_bytes_is_two_lines_naming_it(tmp_path, suffix):
+    file = random_bytes(tmp_path / f"weights{suffix}")
+    with pytest.raises(UserError) as error:
+        timm_with(file)
+    lines = str(error.value).splitlines()
+    assert len(lines) == 2 and f"model.weights={file}: cannot be read as" in lines[0]
+    assert "weights_only" not in str(error.value)
+
+
+def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
+    marker, file = tmp_path / "ran", tmp_path / "weights.pt"
+    torch.save({"conv1.weight": Planted(marker)}, file)
+    with pytest.raises(UserError) as error:
+        timm_with(file)
+    message = str(error.value)
+    assert not marker.exists()
+    assert len(message.splitlines()) == 2 and f"model.weights={file}: refused" in message
+    assert "posix.system" in message and "weights_only" not in message
+
+
+def test_a_state_dict_saved_as_safetensors_still_loads(tmp_path):
+    """The refusals above are of bad files, not of the formats."""
+    import timm
+
+    file = tmp_path / "good.safetensors"
+    save_file(timm.create_model("resnet18", num_classes=0).state_dict(), str(file))
+    timm_with(file)
+
+
+@pytest.mark.slow
+def test_the_cli_refuses_a_planted_pickle_in_two_lines_without_running_it(tmp_path, tracking_uri):
+    marker, file = tmp_path / "ran", tmp_path / "weights.pt"
+    torch.save({"conv1.weight": Planted(marker)}, file)
+    done = run_cli(
+        "data=digits_lt",
+        "model=timm",
+        "model.name=resnet18",
+        f"model.weights={file}",
+        "trainer.epochs=1",
+        cwd=tmp_path,
+        uri=tracking_uri,
+        timeout=180,
+        expect=2,
+    )
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) <= 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert str(file) in lines[0] and "weights_only=False" not in done.stderr + done.stdout
+    assert not marker.exists()
