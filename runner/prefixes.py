@@ -32,6 +32,7 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
+from runner import cache_dirs
 from runner.config import CONF, config_key
 from runner.fit import checkpoint_payload, fit
 from runner.locks import beat, turn
@@ -43,7 +44,6 @@ from samplers import DeferredSampler, Sampler, UniformSampler
 
 log = logging.getLogger("runner")
 
-DEFAULT_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "prefixes"
 WAIT_S = 600.0  # how long a job waits on a holder that makes no progress (an epoch), then trains
 FORKED_TAG = "prefix.forked_epochs"  # the epochs a run took from another job's snapshot
 ALL = sys.maxsize  # a part of the run that trains like the prefix throughout
@@ -99,7 +99,9 @@ def _loss_until(loss: ClassWeightedLoss) -> int:
 
 
 def cache_root(cfg: DictConfig) -> Path:
-    return Path(cfg.prefixes.cache_dir or DEFAULT_CACHE).expanduser()
+    """Where this run's sweep keeps its prefixes: ``prefixes.cache_dir``, or the user's
+    cache folder (:mod:`runner.cache_dirs`)."""
+    return Path(cfg.prefixes.cache_dir or cache_dirs.folder("prefixes")).expanduser()
 
 
 def sweep_entry(cfg: DictConfig, parts: Parts, parent: str | None) -> Entry | None:

@@ -1,5 +1,5 @@
-"""Shared fixtures: a real MLflow sqlite store per test (copied from one migrated template) and
-real Hydra composition of the project's config tree."""
+"""Shared fixtures: a real MLflow sqlite store per test (copied from one migrated template), real
+Hydra composition of the project's config tree, and a cache folder of each test's own."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from hydra import compose, initialize_config_dir
 from hypothesis import settings
 from omegaconf import DictConfig
 
+from runner.cache_dirs import ENV
 from runner.config import register
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +42,16 @@ torch.set_num_threads(1)
 # Property tests explore the same examples on every run: CI stays reproducible.
 settings.register_profile("samplerlab", derandomize=True, database=None)
 settings.load_profile("samplerlab")
+
+
+@pytest.fixture(autouse=True)
+def user_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's caches (``SAMPLERLAB_CACHE``, read at call time by :mod:`runner.cache_dirs`,
+    and passed on to the CLI processes a test starts) in a folder of its own: never the user's
+    ~/.cache, never shared with another test."""
+    folder = tmp_path_factory.mktemp("samplerlab-cache")
+    monkeypatch.setenv(ENV, str(folder))
+    return folder
 
 
 @pytest.fixture(scope="session")
