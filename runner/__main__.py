@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from runner.checks import check_targets
 from runner.config import register
 from runner.errors import UserError, exit_with, explain, is_user_error
+from runner.extras import check_launcher
 from runner.signals import Interrupted, stop_on_signals
 
 register()
@@ -54,6 +55,7 @@ def main() -> None:
     # noise on stderr, where an error's one or two lines must stand alone.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
+        check_launcher(sys.argv[1:])  # a missing plugin: its extra, before Hydra starts
         with stop_on_signals():
             app()
     except BaseException as error:

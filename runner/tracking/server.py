@@ -22,6 +22,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from runner.errors import UserError, exit_with
+from runner.extras import require
+
 DATABASE = "mlflow"
 # MLflow 3 starts job-queue consumers (for its GenAI features) beside the server: not needed here.
 QUIET_SERVER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
@@ -140,6 +143,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--folder", default="server", help="database and artifacts live here")
     parser.add_argument("--workers", type=int, default=2, help="mlflow server worker processes")
     args = parser.parse_args(argv)
+    try:  # the server's PostgreSQL store is an extra; say so before starting anything
+        require("psycopg", "server", "runner.tracking.server (a PostgreSQL store)")
+    except UserError as error:
+        exit_with(error)
     folder = Path(args.folder).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     database = Postgres(folder / "postgres", args.db_port or free_port())
