@@ -5,8 +5,10 @@ Without augmentation a frozen backbone maps every sample to the same feature vec
 epoch, so :func:`freeze` computes each split's features once and the run trains the head on
 them: the loop, the sampler and the evaluation see ``(N, D)`` float features and a model that is
 the head alone. The features are cached in ``features.cache_dir``, one file per split, named and
-keyed by a digest of what they depend on (:func:`cache_key`): the split's content, the backbone's
-config and weights, the input shape, the preprocessing and the precision. A file holds its key and
+keyed by a digest of what they depend on (:func:`cache_key`): every input batch as the backbone
+is fed it (:func:`input_digest`: decoded, transformed, converted; hashed again while extracting,
+and not cached when the two readings differ), and the backbone's config, weights, structure and
+code and the precision (:func:`backbone_identity`). A file holds its key and
 a checksum of its features; it is written to a temporary file and renamed, so a reader finds a
 whole file or none, and one that cannot be read, is damaged or holds another key is computed
 again (one line says why). Jobs of a sweep that need the same file take turns through a lock
