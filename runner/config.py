@@ -235,7 +235,7 @@ def _fingerprint(plain: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _drop_neutral(plain: dict[str, Any], cfg: DictConfig) -> None:
+def _settle_for_fingerprint(plain: dict[str, Any], cfg: DictConfig) -> None:
     """Leave out the keys at the behaviour runs had before them, and those that change nothing
     in ``cfg``; mark the settings whose computation changed (:data:`REVISED`)."""
     for key, default in NEUTRAL_DEFAULTS.items():
@@ -256,7 +256,7 @@ def config_key(cfg: DictConfig, keep: tuple[str, ...] = ()) -> str:
     for key in RUNTIME_KEYS:
         if key not in keep:
             _drop(plain, key)
-    _drop_neutral(plain, cfg)
+    _settle_for_fingerprint(plain, cfg)
     return _fingerprint(plain)
 
 
@@ -270,7 +270,7 @@ def config_keys(cfg: DictConfig) -> set[str]:
         _drop(plain, key)
     for key in ADDED_RUNTIME_KEYS:
         _drop(plain, key)
-    _drop_neutral(plain, cfg)
+    _settle_for_fingerprint(plain, cfg)
     for key, default in ADDED_DEFAULTS.items():
         if _drop(plain, key) not in (None, default):
             return keys  # a setting runs recorded before could not have had
