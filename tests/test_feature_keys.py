@@ -210,10 +210,20 @@ def write_net(folder: Path, module: str, step: str, helper: str = "torch") -> No
         importlib.reload(sys.modules[module])
 
 
+@pytest.fixture
+def user_modules():
+    """The modules a test writes and imports are gone from ``sys.modules`` after it."""
+    yield
+    for name in ("edited_net", "edited_steps"):
+        sys.modules.pop(name, None)
+
+
 def test_an_edited_forward_or_helper_of_the_users_backbone_gets_its_own_features(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capsys, user_modules
 ):
     monkeypatch.syspath_prepend(str(tmp_path))
+    # No bytecode cache: an edit of the same size within a second would load the old code.
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
     model = ("model=custom", "model._target_=edited_net.Net")
     write_net(tmp_path, "edited_net", "relu")
     first = frozen(tmp_path / "cache", "data=digits_lt", model=model)
@@ -224,12 +234,16 @@ def test_an_edited_forward_or_helper_of_the_users_backbone_gets_its_own_features
     assert last_line(capsys).startswith("features: computed ")
     assert not torch.equal(first[0], second[0])
     # A helper in another file of the user's, edited: the module that imports it is the same.
-    (tmp_path / "steps.py").write_text("import torch\n\ndef step(x):\n    return torch.tanh(x)\n")
-    write_net(tmp_path, "edited_net", "step", helper="steps")
+    (tmp_path / "edited_steps.py").write_text(
+        "import torch\n\ndef step(x):\n    return torch.tanh(x)\n"
+    )
+    write_net(tmp_path, "edited_net", "step", helper="edited_steps")
     tanh = frozen(tmp_path / "cache", "data=digits_lt", model=model)
-    (tmp_path / "steps.py").write_text("import torch\n\ndef step(x):\n    return torch.relu(x)\n")
-    importlib.reload(sys.modules["steps"])
-    write_net(tmp_path, "edited_net", "step", helper="steps")
+    (tmp_path / "edited_steps.py").write_text(
+        "import torch\n\ndef step(x):\n    return torch.relu(x)\n"
+    )
+    importlib.reload(sys.modules["edited_steps"])
+    write_net(tmp_path, "edited_net", "step", helper="edited_steps")
     capsys.readouterr()
     relu = frozen(tmp_path / "cache", "data=digits_lt", model=model)
     assert last_line(capsys).startswith("features: computed ")
