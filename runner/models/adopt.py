@@ -109,6 +109,10 @@ def _returns_layer(model: nn.Module, name: str, target: str, traced_only: bool) 
         return
     if len(calls) != 1:
         what = f"calls its final nn.Linear {name!r} {len(calls)} times"
+    elif not isinstance(returned, torch.fx.Node):  # several values: a tuple, a dict
+        what = (
+            f"returns a {type(returned).__name__}, not the output of its final nn.Linear {name!r}"
+        )
     else:
         step = getattr(returned, "target", returned)
         step = getattr(step, "__name__", step)
