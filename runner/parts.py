@@ -145,7 +145,7 @@ def build_model(node: DictConfig, in_shape: tuple[int, ...], num_classes: int) -
     model = build("model", OmegaConf.masked_copy(node, passed), **supplied)
     head = None if "head" in accepted else str(node.get("head", "linear"))
     try:
-        return as_feature_classifier(model, num_classes, head, target)
+        return as_feature_classifier(model, num_classes, head, target, in_shape)
     except ValueError as error:
         raise UserError(f"model ({target}): {error}") from None
 

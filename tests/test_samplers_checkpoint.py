@@ -43,7 +43,7 @@ RESTORE = textwrap.dedent("""
     out = {}
     for name in sys.argv[2:]:
         sampler = prepared(name)
-        sampler.load_state_dict(torch.load(f"{sys.argv[1]}/{name}.pt"))
+        sampler.load_state_dict(torch.load(f"{sys.argv[1]}/{name}.pt", weights_only=True))
         out[name] = {"len": len(sampler), "batches": [b.tolist() for b in loader(sampler, 2)]}
     print(json.dumps(out))
 """)
