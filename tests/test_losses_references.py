@@ -78,6 +78,19 @@ def test_drw_is_the_references_weighted_cross_entropy_after_the_switch():
     assert close(ours, expected)
 
 
+def test_weighted_ce_is_the_weighted_cross_entropy_from_the_first_epoch():
+    # inverse-frequency weights with no deferral: F.cross_entropy(weight=1/n) at every epoch (the
+    # weights' scale cancels in the division by their sum)
+    loss = recipe("weighted_ce")
+    logits, targets = batch(CIFAR10_LT)
+    weights = 1.0 / CIFAR10_LT.double()
+    expected = value_and_grad(lambda z: F.cross_entropy(z, targets, weight=weights.float()), logits)
+    for epoch in (0, EPOCHS - 1):
+        assert close(
+            value_and_grad(lambda z, e=epoch: loss(z, targets, e)[0].mean(), logits), expected
+        )
+
+
 def test_ldam_drw_is_the_references_ldam_loss():
     """kaidic/LDAM-DRW losses.py: margins 1/n^(1/4) scaled to max_m=0.5, s=30, weight=DRW."""
     loss = recipe("ldam")
