@@ -63,6 +63,11 @@ def labels_tensor(labels: Any, expected: str) -> torch.Tensor:
 def as_labels(labels: Sequence[int] | torch.Tensor, num_classes: int | None = None) -> torch.Tensor:
     """Validate class labels and return them as a 1-D int64 CPU tensor."""
     labels = labels_tensor(labels, "a sequence of non-negative integers or a 1-D integer tensor")
+    if labels.dim() == 2 and labels.shape[1] == 1:
+        raise ValueError(
+            f"labels: expected a 1-D sequence, got a column of shape {tuple(labels.shape)}; pass "
+            "labels.reshape(-1)"
+        )
     if labels.dim() == 2:
         raise ValueError(
             f"labels: expected a 1-D sequence, got shape {tuple(labels.shape)}; for an (N, C) "

@@ -134,9 +134,9 @@ class MultiLabelInstanceSampler(MultiLabelSampler):
 
 def _fold(columns: torch.Tensor, per_class: torch.Tensor, aggregate: str) -> torch.Tensor:
     """Each sample's ``sum``, ``mean`` or ``max`` of ``per_class`` over its labels (0 without
-    labels), from ``columns`` (C, N). One class at a time, so each sample's terms meet in class
-    order: the same floats, and the same draws, whatever the thread count (a matrix product
-    may split its sums differently on another number of threads)."""
+    labels), from ``columns`` (C, N). One class at a time: each sample's terms meet in class
+    order, so the floats and the draws cannot depend on how a matrix product would split its
+    sums over threads."""
     out = torch.zeros(columns.shape[1], dtype=torch.float64)
     for column, weight in zip(columns, per_class.tolist(), strict=True):
         if aggregate == "max":
@@ -188,7 +188,8 @@ class MultiLabelClassAwareSampler(MultiLabelSampler):
     share of the uniform choice; a positive ``class_probabilities`` entry for it is refused.
 
     The reference code (``ClassAwareSampler`` of wutong16/DistributionBalancedLoss) draws the
-    classes in shuffled cycles (every class once per ``C`` draws) and reads each class's members
+    classes in shuffled cycles (every class once per ``C`` class picks, ``3 * C`` draws with
+    ``num_samples_cls=3``) and reads each class's members
     in shuffled cycles, ``num_samples_cls=3`` at a time; here every draw is independent. The
     long-run share of every sample is the same ``p_i``; the reference's shares fluctuate less
     within an epoch. Its epoch is ``int(max(n_c) * C / reduce)`` draws (``reduce=4`` by

@@ -42,7 +42,13 @@ def sampling_stats(
 ) -> SamplingStats:
     """Compute :class:`SamplingStats` from drawn ``indices`` (any shape) into ``labels``."""
     indices = torch.as_tensor(indices).reshape(-1).long().cpu()
-    labels = torch.as_tensor(labels).reshape(-1).long().cpu()
+    labels = torch.as_tensor(labels)
+    if labels.dim() == 2 and labels.shape[1] > 1:
+        raise ValueError(
+            f"labels: a single-label statistic got a matrix of shape {tuple(labels.shape)}; for "
+            "an (N, C) multi-label 0/1 matrix use multilabel_sampling_stats"
+        )
+    labels = labels.reshape(-1).long().cpu()
     if indices.numel() == 0:
         raise ValueError("indices: empty; statistics need at least one drawn index")
     num_classes = num_classes if num_classes is not None else int(labels.max()) + 1

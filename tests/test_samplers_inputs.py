@@ -67,6 +67,12 @@ BAD_INPUT = [
         r"defer_fraction must lie in \[0, 1\)",
     ),
     (lambda: samplers.UniformSampler([0, 1]).state_dict(consumed=-1), "consumed must be a non"),
+    (lambda: samplers.WeightedSampler([[0], [1]]), r"labels.reshape\(-1\)"),
+    (lambda: samplers.WeightedSampler([[0, 1], [1, 0]]), "use MultiLabelClassAwareSampler"),
+    (
+        lambda: samplers.sampling_stats(torch.tensor([0, 1]), torch.tensor([[0, 1], [1, 0]])),
+        "use multilabel_sampling_stats",
+    ),
 ]
 
 
