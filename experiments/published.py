@@ -15,7 +15,7 @@ CIFAR-10-LT); the numbers here are the ones quoted above, not those.
 The recipes a row is compared with follow the references' code: ``drw`` and ``ldam_drw`` divide
 a batch's weighted loss by its sum of weights (kaidic/LDAM-DRW's ``F.cross_entropy(weight=)``),
 ``progressive`` is Kang et al.'s schedule, fully class-balanced in the last epoch (BagofTricks-LT
-uses (t+1)/T over 1-based epochs, at most 1/T from it), and ``class_balanced`` is class-balanced
+uses e/T for the 1-based epoch e, at most 1/T from it), and ``class_balanced`` is class-balanced
 re-sampling (q=0), not Cui et al.'s class-balanced loss (``loss=cb_ce``).
 
 A study names its table with ``tracking.reference`` (conf/experiment/cifar10_lt_paper.yaml);
