@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+SAMPLERLAB := $(VENV)/bin/samplerlab
 STAMP  := $(VENV)/.stamp-install
 FRAMEWORKS_STAMP := $(VENV)/.stamp-frameworks
 # On these machines both come from local disk (a CUDA build that also runs on the CPU).
@@ -10,9 +11,6 @@ SWEEP  ?= sampler=uniform,weighted,fixed_class,annealed,progressive,deferred,har
 PORT   ?= 5000
 JOBS   ?= 4
 NPROC  ?= 2
-# make advise: the strategies raced, the validation images per class, the budget of runs.
-SAMPLERS ?= uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture
-VAL      ?= 20
 
 .PHONY: help install install-frameworks install-browser install-server install-system run sweep study advise paper ddp test test-quick lint docs bench bench-features bench-race tables report ui server gpu-check clean
 
@@ -29,32 +27,28 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: install  ## the default experiment (synthetic long-tailed data, MLP, uniform sampler)
-	$(PY) -m runner
+	$(SAMPLERLAB) run
 
 sweep: install  ## every sampler x 3 seeds, one parent MLflow run (SWEEP="..." to change)
-	$(PY) -m runner -m $(SWEEP)
+	$(SAMPLERLAB) run -m $(SWEEP)
 
 ddp: install  ## one run in NPROC processes with DDP (torchrun; ARGS="sampler=hard_mined ...")
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m runner $(ARGS)
 
 study: install  ## a study sweep, its report on the parent run (NAME=digits; conf/experiment/)
-	$(PY) -m runner -m +experiment=$(or $(NAME),$(STUDY),digits)
+	$(SAMPLERLAB) run -m +experiment=$(or $(NAME),$(STUDY),digits)
 
-# DATA: a .npz/.pt file (data=tensor_file), a folder of class folders (data=torchvision, an
-# ImageFolder; its test set is 20% of every class), or unset / digits: the advise_digits study.
-# MODEL=timm:<name> (WEIGHTS=<file>): that backbone, frozen, its features computed once; the race
-# is then over the strategies and the decoupled classifiers (METHODS), each a head on them.
-METHODS ?= ce,class_balanced,fixed_class,annealed,progressive,drs,hard_mined,hybrid,mixture,crt,tau_norm,lws
-ADVISE_MODEL = $(if $(MODEL),model=timm model.name=$(patsubst timm:%,%,$(MODEL)) $(if $(WEIGHTS),model.weights=$(abspath $(WEIGHTS))) model.freeze=true trainer.augment=false)
-ADVISE_SOURCE = $(if $(filter %.npz %.pt,$(DATA)),data=tensor_file data.path=$(abspath $(DATA)) $(ADVISE_MODEL),data=torchvision data.dataset.root=$(abspath $(DATA)) $(or $(ADVISE_MODEL),model=small_cnn) $(if $(SIZE),data.image_size=$(SIZE)))
-ADVISE_CANDIDATES = $(if $(MODEL),+method=$(METHODS),sampler=$(SAMPLERS))
-ADVISE_DATA = $(strip $(if $(filter-out digits,$(DATA)),$(ADVISE_SOURCE) data.val_per_class=$(VAL) tracking.experiment=advise $(ADVISE_CANDIDATES),+experiment=advise_digits))
-
+# samplerlab advise (experiments/command.py) builds the race's overrides: DATA a .npz/.pt file,
+# a folder of class folders, or unset (digits, the demo). Unset variables take its defaults:
+# SAMPLERS raced from scratch, METHODS with MODEL=timm:<name> (WEIGHTS=<file>), VAL=20 per class.
+ADVISE_ARGS = $(strip $(or $(DATA),digits) $(if $(MODEL),--model $(MODEL)) $(if $(WEIGHTS),--weights $(WEIGHTS)) \
+	$(if $(SAMPLERS),--samplers $(SAMPLERS)) $(if $(METHODS),--methods $(METHODS)) $(if $(VAL),--val $(VAL)) \
+	$(if $(BUDGET),--budget $(BUDGET)) $(if $(SIZE),--size $(SIZE)))
 advise: install  ## which sampler for your data: a race on a validation split (DATA=file.npz|file.pt|folder; MODEL=timm:<name> WEIGHTS=<file>: a frozen backbone; VAL=20 per class, BUDGET=max runs, SIZE=image px, ARGS=...)
-	$(PY) -m runner -m hydra/sweeper=race $(ADVISE_DATA) $(if $(BUDGET),hydra.sweeper.max_runs=$(BUDGET)) $(ARGS)
+	$(SAMPLERLAB) advise $(ADVISE_ARGS) $(ARGS)
 
 paper: install  ## the CIFAR-10-LT paper protocol, every row x 3 seeds, JOBS runs at once on one GPU (CIFAR=dir or JPEG=dir)
-	$(PY) -m runner -m +experiment=cifar10_lt_paper hydra/launcher=joblib hydra.launcher.n_jobs=$(JOBS) \
+	$(SAMPLERLAB) run -m +experiment=cifar10_lt_paper hydra/launcher=joblib hydra.launcher.n_jobs=$(JOBS) \
 		$(if $(JPEG),data=image_folder_lt data.root=$(JPEG),data.root=$(or $(CIFAR),data)) $(ARGS)
 
 install-server:  ## PostgreSQL for `make server` and its test (Debian's package; as root)
@@ -101,7 +95,7 @@ tables: install  ## re-render every results table in docs/ from docs/results/*.j
 	$(PY) -m scripts.tables
 
 report: install  ## the newest sweep's report, onto its parent run (PARENT=id, EXPERIMENT=samplerlab)
-	$(PY) -m experiments.report $(if $(PARENT),--parent $(PARENT),--experiment $(or $(EXPERIMENT),samplerlab))
+	$(SAMPLERLAB) report $(if $(PARENT),--parent $(PARENT),--experiment $(or $(EXPERIMENT),samplerlab))
 
 # Debian's packages the suite needs that are missing, fetched in one apt-get call: one index
 # update instead of one per package saves CI its second `apt-get update`.
@@ -114,8 +108,8 @@ install-system:  ## chromium and PostgreSQL for make test, in one apt-get instal
 install-browser:  ## Debian's chromium for the browser test (as root; CI runs it before make test)
 	command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-ui: install  ## MLflow UI for the local store on http://127.0.0.1:5000 (PORT=...)
-	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(PORT)
+ui: install  ## MLflow UI for the local store (mlflow.db here, or MLFLOW_TRACKING_URI) on http://127.0.0.1:5000 (PORT=...)
+	$(SAMPLERLAB) ui --port $(PORT)
 
 gpu-check: install  ## on a GPU machine: the CUDA path end to end (device, bfloat16, data on the GPU), timed; loop vs bare step, eager vs compiled
 	$(PY) -m scripts.gpu_check --out gpu-check.json
@@ -124,6 +118,6 @@ gpu-check: install  ## on a GPU machine: the CUDA path end to end (device, bfloa
 server: install install-server  ## shared tracking: mlflow server + PostgreSQL on 127.0.0.1:$(PORT) (data in server/)
 	$(PY) -m runner.tracking.server --port $(PORT) --folder $(CURDIR)/server
 
-clean:  ## remove the venv, caches, Hydra outputs (keeps mlflow.db and mlartifacts)
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis outputs multirun site *.egg-info
+clean:  ## remove the venv, tool caches, Hydra outputs (keeps mlflow.db and mlartifacts; samplerlab cache clear: the run caches)
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis .cache outputs multirun site *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
