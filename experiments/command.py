@@ -29,6 +29,7 @@ TENSOR_FILES = (".npz", ".pt")
 # What Hydra reads unquoted in an override's value; anything else in a path is quoted.
 PLAIN = re.compile(r"[\w/.\-+:@~%]+")
 
+ADVISE_HELP = "which sampler for your data: a race on a validation split"
 RUN_HELP = """\
 usage: samplerlab run [-m] [GROUP=OPTION ...] [KEY=VALUE ...]
 
@@ -43,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["run"]:  # Hydra parses its own arguments (-m, --cfg, overrides)
         return run(arguments[1:])
+    if arguments[:1] == ["advise"]:  # DATA, options and overrides in any order
+        return advise_command(advise_parser().parse_intermixed_args(arguments[1:]))
     if arguments[:1] == ["report"]:  # so does the report
         from experiments.report.cli import main as report
 
@@ -60,9 +63,22 @@ def parser() -> argparse.ArgumentParser:
     )
     commands = top.add_subparsers(title="commands", metavar="COMMAND", required=True)
     commands.add_parser("run", help="a run or, with -m, a sweep (Hydra overrides; see run --help)")
-    advise = commands.add_parser(
-        "advise",
-        help="which sampler for your data: a race on a validation split",
+    commands.add_parser("advise", help=ADVISE_HELP + " (see advise --help)")
+    commands.add_parser("report", help="a sweep's comparison report (see report --help)")
+    ui = commands.add_parser("ui", help="MLflow's UI on the local store")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--uri", help="the store (default: where runs write, as for runs)")
+    ui.set_defaults(handler=ui_command)
+    add_cache_commands(commands)
+    return top
+
+
+def advise_parser() -> argparse.ArgumentParser:
+    """``samplerlab advise``'s arguments; parsed intermixed: DATA, options and overrides in any
+    order."""
+    advise = argparse.ArgumentParser(
+        prog="samplerlab advise",
         description="A race of the strategies (with --model: and the decoupled classifiers) on "
         "a validation split of DATA; the answer is on the sweep's parent run in MLflow. The same "
         "as: samplerlab run -m hydra/sweeper=race data=... (printed before it starts).",
@@ -87,15 +103,7 @@ def parser() -> argparse.ArgumentParser:
     advise.add_argument("--val", type=int, default=20, help="validation images per class")
     advise.add_argument("--budget", type=int, help="at most this many runs")
     advise.add_argument("--size", type=int, help="a folder of images: their size in pixels")
-    advise.set_defaults(handler=advise_command)
-    commands.add_parser("report", help="a sweep's comparison report (see report --help)")
-    ui = commands.add_parser("ui", help="MLflow's UI on the local store")
-    ui.add_argument("--port", type=int, default=5000)
-    ui.add_argument("--host", default="127.0.0.1")
-    ui.add_argument("--uri", help="the store (default: where runs write, as for runs)")
-    ui.set_defaults(handler=ui_command)
-    add_cache_commands(commands)
-    return top
+    return advise
 
 
 def run(overrides: list[str]) -> int:
@@ -178,19 +186,29 @@ def advise_command(args: argparse.Namespace) -> int:
     return run(overrides)
 
 
-def ui_command(args: argparse.Namespace) -> int:
+def ui_arguments(args: argparse.Namespace) -> list[str]:
+    """The arguments of ``python`` that serve MLflow's UI for ``samplerlab ui``'s: the store
+    runs write to by default (:func:`runner.tracking.stores.resolve_uri`) unless ``--uri``;
+    :class:`ValueError` for a tracking server, which has a UI of its own."""
     from runner.tracking.stores import resolve_uri
 
     uri = resolve_uri(args.uri)
     if not uri.startswith("sqlite:") and "://" in uri:
-        print(
-            f"samplerlab ui: {uri} is a tracking server, which serves its own UI: open it in a "
-            "browser (or give --uri sqlite:///<file>)",
-            file=sys.stderr,
+        raise ValueError(
+            f"{uri} is a tracking server, which serves its own UI: open it in a browser "
+            "(or give --uri sqlite:///<file>)"
         )
+    store = ["--backend-store-uri", uri, "--host", args.host, "--port", str(args.port)]
+    return ["-m", "mlflow", "ui", *store]
+
+
+def ui_command(args: argparse.Namespace) -> int:
+    try:
+        arguments = ui_arguments(args)
+    except ValueError as error:
+        print(f"samplerlab ui: {error}", file=sys.stderr)
         return 2
-    command = ["mlflow", "ui", "--backend-store-uri", uri, "--host", args.host]
-    os.execv(sys.executable, [sys.executable, "-m", *command, "--port", str(args.port)])
+    os.execv(sys.executable, [sys.executable, *arguments])
 
 
 if __name__ == "__main__":

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import tomllib
 from pathlib import Path
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: pytest itself depends on tomli there
-    import tomli as tomllib
 
 # Two test processes share two cores: one compute thread each, in them and in every process they
 # start (torch's default of one thread per core oversubscribes the cores, and spinning OpenMP

@@ -7,6 +7,7 @@ import shutil
 import mlflow
 import pytest
 
+from runner.extras import installed
 from tests.helpers.cli import run_cli
 
 pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
@@ -23,13 +24,24 @@ def test_default_store_is_in_the_project_folder(monkeypatch):
     from runner.tracking.stores import PROJECT_ROOT, resolve_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert resolve_uri(None) == f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
-    assert (PROJECT_ROOT / "Makefile").read_text().count(
-        "sqlite:///$(CURDIR)/mlflow.db"
-    ) == 1  # make ui
+    assert resolve_uri(None) == f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"  # samplerlab ui's too
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////elsewhere.db")
     assert resolve_uri(None) == "sqlite:////elsewhere.db"
     assert resolve_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+
+
+@pytest.mark.skipif(
+    installed("hydra_plugins.hydra_ray_launcher"), reason="the ray extra is installed here"
+)
+def test_a_launcher_not_installed_is_one_line_naming_its_extra(tmp_path):
+    done = run_cli(
+        "hydra/launcher=ray", "sampler=uniform,weighted", cwd=tmp_path, multirun=True, expect=2
+    )
+    assert done.stderr == (
+        "samplerlab: hydra/launcher=ray: needs hydra_ray_launcher, which is not installed\n"
+        "pip install 'samplerlab[ray]'\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # refused before Hydra made its sweep folder
 
 
 def test_default_run_with_no_arguments(tmp_path, migrated_store, monkeypatch):
