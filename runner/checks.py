@@ -16,13 +16,21 @@ from typing import Any
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import BASIC_SWEEPER, HEADLINE, MODEL_RUNNER_KEYS, OBJECTIVE_SPLITS, SUPPLIED
+from runner.config import (
+    BASIC_SWEEPER,
+    HEADLINE,
+    MODEL_RUNNER_KEYS,
+    OBJECTIVE_SPLITS,
+    POST_HOC_STAGES,
+    SUPPLIED,
+)
 from runner.errors import UserError
 from runner.models.heads import HEADS
 
 SCHEDULES = ("cosine", "step", "constant")
 DEVICES = ("auto", "cpu", "cuda")
-CLASSIFIER_STAGES = ("retrain", "scale", "tau_norm")  # cRT, LWS, tau-normalisation
+# cRT, LWS, tau-normalisation, post-hoc logit adjustment
+CLASSIFIER_STAGES = ("retrain", "scale", *POST_HOC_STAGES)
 CLASSIFIER_STAGE_MODES = ("train", "eval")  # the model's mode while the classifier stage trains
 
 
@@ -223,42 +231,47 @@ def check_targets(cfg: DictConfig) -> None:
 
 
 def check_classifier_stage(cfg: DictConfig) -> None:
-    """LWS trains for ``trainer.classifier_epochs``; tau-normalisation takes no epochs, rescales a
-    linear head's weights and chooses its tau on a validation split that halves (two or more
-    rows of a class), never on the test set."""
+    """LWS trains for ``trainer.classifier_epochs``; tau-normalisation and post-hoc logit
+    adjustment take no epochs, change a linear head and choose their tau on a validation split
+    that halves (two or more rows of a class), never on the test set."""
     trainer = cfg.trainer
-    if trainer.classifier_stage == "scale" and not trainer.classifier_epochs:
+    stage = trainer.classifier_stage
+    if stage == "scale" and not trainer.classifier_epochs:
         raise config_error(
             "trainer.classifier_stage",
             "scale (LWS) learns its class scales in trainer.classifier_epochs, which is 0; set "
             "trainer.classifier_epochs=N (+method=lws sets 10)",
         )
-    if trainer.classifier_stage != "tau_norm":
+    if stage not in POST_HOC_STAGES:
         return
     if trainer.classifier_epochs:
         raise config_error(
             "trainer.classifier_stage",
-            f"tau_norm takes no classifier epochs, got trainer.classifier_epochs="
+            f"{stage} takes no classifier epochs, got trainer.classifier_epochs="
             f"{trainer.classifier_epochs}; set trainer.classifier_epochs=0, or use scale (LWS) "
             "or retrain (cRT)",
         )
-    if cfg.model.get("head", "linear") != "linear":
+    head = cfg.model.get("head", "linear")
+    if head != "linear":
+        why = (
+            "rescales a linear head's class weights, and model.head={} has unit-norm ones already"
+            if stage == "tau_norm"
+            else "shifts a linear head's bias, and model.head={} has none"
+        )
         raise config_error(
-            "trainer.classifier_stage",
-            f"tau_norm rescales a linear head's class weights, and model.head={cfg.model.head} "
-            "has unit-norm ones already; use model.head=linear",
+            "trainer.classifier_stage", f"{stage} {why.format(head)}; use model.head=linear"
         )
     if cfg.data.get("val_per_class") == 1:
         raise config_error(
             "data.val_per_class",
-            "tau_norm chooses tau on one half of the validation split and scores it on the "
+            f"{stage} chooses tau on one half of the validation split and scores it on the "
             "other, and 1 row of every class leaves the second half empty; set "
             "data.val_per_class=2 or more",
         )
     if not has_validation_split(cfg):
         raise config_error(
             "trainer.classifier_stage",
-            f"tau_norm chooses tau on a validation split, and data.val_per_class="
+            f"{stage} chooses tau on a validation split, and data.val_per_class="
             f"{cfg.data.get('val_per_class')}, data.val_fraction={cfg.data.get('val_fraction')} "
             "give none; set data.val_per_class=N or data.val_fraction=F (never the test set)",
         )

@@ -27,6 +27,9 @@ HEADLINE = (
 OBJECTIVE_SPLITS = ("val", "test", "final")  # final/: the test set's last evaluation
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 CONF = Path(__file__).resolve().parents[1] / "conf"
+# Classifier stages that take no epochs: after the last one, a tau chosen on the validation split
+# (tau-normalisation, post-hoc logit adjustment; runner.decoupled). They train all CE's epochs.
+POST_HOC_STAGES = ("tau_norm", "posthoc_la")
 T = TypeVar("T")
 
 # The schema gives every key its type; the values, defaults included, live in conf/ alone
@@ -211,7 +214,13 @@ INERT_WITHOUT = {"trainer.classifier_stage_mode": "trainer.classifier_epochs"}
 # Settings whose computation changed under the same config, and what it became: the fingerprint
 # of a config with one carries the change, so that a resumed sweep does not take a run recorded
 # before it for this config's (tau_norm: tau from 0..2, validation metrics cross-fitted).
-REVISED = {("trainer.classifier_stage", "tau_norm"): "tau cross-fitted on validation halves"}
+REVISED = {
+    ("trainer.classifier_stage", "tau_norm"): "tau cross-fitted on validation halves",
+    # ClassWeightedLoss's beta default went from 0.999 to Cui et al.'s 0.9999: a config that
+    # leaves loss.beta out computes otherwise under the same keys (one that states it is marked
+    # too, which only costs a rerun).
+    ("loss.weights", "effective"): "effective-number beta default 0.9999",
+}
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:

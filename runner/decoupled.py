@@ -18,6 +18,15 @@ two stratified halves (:func:`validation_halves`); the tau half A chooses makes 
 validation predictions and the tau half B chooses makes half A's, so that the validation metrics
 (what a race compares) read every row once, predicted with a tau its own row did not tune. The
 classifier keeps the tau the whole split chooses: the test set, which never chooses, scores it.
+
+Post-hoc logit adjustment (``trainer.classifier_stage=posthoc_la``; Menon et al. 2021, "Long-tail
+learning via logit adjustment", ICLR): after training, with no further epochs, every logit
+becomes f_j(x) - log(pi_j^tau + 1e-12), pi the training class frequencies, as the reference
+implementation (google-research/google-research, logit_adjustment/main.py) computes it; for small
+pi_j^tau the 1e-12 is nothing and this is f_j(x) - tau log pi_j, the paper's formula. A linear
+classifier's logit j is w_j x + b_j, so the adjustment is folded into its bias
+(:func:`adjusted_bias`): the checkpoint and the logged model predict adjusted, as they are. tau is
+chosen over the same grid and cross-fitted alike (:func:`choose_adjustment`).
 """
 
 from __future__ import annotations
@@ -35,6 +44,9 @@ from runner.errors import UserError
 # gives every class weight unit norm; above 1 the ordering of the norms inverts
 # (||w_j / ||w_j||^tau|| = ||w_j||^(1 - tau)), favouring the rare classes by more than balancing.
 TAU_GRID: tuple[float, ...] = tuple(step / 10 for step in range(21))
+# Post-hoc logit adjustment sweeps the same grid: tau=0 is the trained classifier unchanged, tau=1
+# the reference's default (main.py's --tau) and the paper's Bayes-optimal shift for the balanced
+# error when the model's probabilities are calibrated; above 1 it favours the rare classes more.
 # The halves are a function of the validation labels alone (this seed): every run on the same
 # split, whatever its own seed, cuts it alike, so the candidates of a race are scored alike.
 HALVES_SEED = 0
@@ -86,17 +98,29 @@ def tau_normalised(weight: torch.Tensor, tau: float) -> torch.Tensor:
     return weight / norms.pow(tau)
 
 
-def tau_norm_classifier(model: nn.Module) -> nn.Linear:
-    """The linear classifier tau-normalisation rescales; any other head is refused (a cosine
-    head's class weights all have norm 1 already: there is nothing to rescale)."""
+def adjusted_bias(bias: torch.Tensor, prior: torch.Tensor, tau: float) -> torch.Tensor:
+    """``bias`` less the reference's adjustment log(prior^tau + 1e-12), computed in float64 (the
+    1e-12 is below float32's resolution near 1) and returned in ``bias``'s dtype."""
+    adjustment = torch.log(prior.double() ** tau + 1e-12)
+    return (bias.double() - adjustment.to(bias.device)).to(bias.dtype)
+
+
+def linear_classifier(model: nn.Module, stage: str) -> nn.Linear:
+    """The linear classifier a post-hoc stage changes: tau-normalisation rescales its weights
+    (a cosine head's all have norm 1 already: there is nothing to rescale), logit adjustment
+    shifts its bias, which it needs. Any other head is refused, naming ``stage``."""
     classifier = getattr(model, "classifier", None)
     if not isinstance(classifier, nn.Linear):
-        raise UserError(
-            f"trainer.classifier_stage=tau_norm rescales the weights of a linear model.classifier;"
-            f" this model's is {type(classifier).__name__}\nuse model.head=linear, or a model "
-            "whose classifier is a torch.nn.Linear"
-        )
-    return classifier
+        kind = type(classifier).__name__
+    elif stage == "posthoc_la" and classifier.bias is None:
+        kind = "torch.nn.Linear without a bias"
+    else:
+        return classifier
+    raise UserError(
+        f"trainer.classifier_stage={stage} changes a linear model.classifier with a bias; this "
+        f"model's is {kind}\nuse model.head=linear, or a model whose classifier is a "
+        "torch.nn.Linear with bias=True"
+    )
 
 
 def balanced_accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
@@ -118,8 +142,8 @@ def validation_halves(labels: np.ndarray, seed: int = HALVES_SEED) -> np.ndarray
         half_a[rng.permutation(np.flatnonzero(labels == label))[::2]] = True
     if half_a.all():
         raise UserError(
-            "data.val_per_class / data.val_fraction: tau_norm chooses tau on one half of the "
-            f"validation split and scores it on the other, and its {len(labels)} rows hold no "
+            "data.val_per_class / data.val_fraction: the classifier stage chooses tau on one half "
+            f"of the validation split and scores it on the other, and its {len(labels)} rows hold no "
             "class twice\nset data.val_per_class=2 or more (or a larger data.val_fraction)"
         )
     return half_a
@@ -157,6 +181,31 @@ def _best(predictions: np.ndarray, labels: np.ndarray) -> tuple[int, list[float]
     return int(np.argmax(scores)), scores
 
 
+def cross_fit(
+    apply: Callable[[float], object],
+    predict: Callable[[], np.ndarray],
+    labels: np.ndarray,
+    grid: tuple[float, ...] = TAU_GRID,
+) -> TauChoice:
+    """Choose the tau of ``grid`` whose balanced accuracy on the whole validation split is
+    highest, and cross-fit the validation predictions (see the module's docstring). ``apply``
+    sets the classifier to a tau; ``predict`` gives the model's predictions of the validation
+    rows, whose labels are ``labels``, as the classifier stands when it is called; the test set
+    never takes part. The classifier is left at the whole split's tau."""
+    half_a = validation_halves(labels)
+    predictions = []
+    for tau in grid:
+        apply(tau)
+        predictions.append(predict())
+    table = np.stack(predictions)  # (taus, validation rows)
+    whole, scores = _best(table, labels)
+    a, _ = _best(table[:, half_a], labels[half_a])
+    b, _ = _best(table[:, ~half_a], labels[~half_a])
+    apply(grid[whole])
+    cross_fitted = np.where(half_a, table[b], table[a])
+    return TauChoice(grid[whole], grid[a], grid[b], grid, tuple(scores), cross_fitted)
+
+
 @torch.no_grad()
 def choose_tau(
     classifier: nn.Linear,
@@ -164,23 +213,29 @@ def choose_tau(
     labels: np.ndarray,
     grid: tuple[float, ...] = TAU_GRID,
 ) -> TauChoice:
-    """Tau-normalise ``classifier`` in place with the tau of ``grid`` whose balanced accuracy on
-    the whole validation split is highest, and cross-fit the validation predictions (see the
-    module's docstring). ``predict`` gives the model's predictions of the validation rows, whose
-    labels are ``labels``, as the classifier stands when it is called; the test set never takes
-    part. The bias, if any, is zeroed first and stays zero."""
-    half_a = validation_halves(labels)
+    """Tau-normalise ``classifier`` in place with the tau :func:`cross_fit` chooses. The bias, if
+    any, is zeroed first and stays zero."""
     trained = classifier.weight.detach().clone()
     if classifier.bias is not None:
         classifier.bias.zero_()
-    predictions = []
-    for tau in grid:
-        classifier.weight.copy_(tau_normalised(trained, tau))
-        predictions.append(predict())
-    table = np.stack(predictions)  # (taus, validation rows)
-    whole, scores = _best(table, labels)
-    a, _ = _best(table[:, half_a], labels[half_a])
-    b, _ = _best(table[:, ~half_a], labels[~half_a])
-    classifier.weight.copy_(tau_normalised(trained, grid[whole]))
-    cross_fitted = np.where(half_a, table[b], table[a])
-    return TauChoice(grid[whole], grid[a], grid[b], grid, tuple(scores), cross_fitted)
+    return cross_fit(
+        lambda tau: classifier.weight.copy_(tau_normalised(trained, tau)), predict, labels, grid
+    )
+
+
+@torch.no_grad()
+def choose_adjustment(
+    classifier: nn.Linear,
+    prior: torch.Tensor,
+    predict: Callable[[], np.ndarray],
+    labels: np.ndarray,
+    grid: tuple[float, ...] = TAU_GRID,
+) -> TauChoice:
+    """Logit-adjust ``classifier`` in place (its bias less log(prior^tau + 1e-12), ``prior`` the
+    training class frequencies) with the tau :func:`cross_fit` chooses."""
+    bias = classifier.bias
+    assert bias is not None, "linear_classifier refuses a classifier without a bias"
+    trained = bias.detach().clone()
+    return cross_fit(
+        lambda tau: bias.copy_(adjusted_bias(trained, prior, tau)), predict, labels, grid
+    )

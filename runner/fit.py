@@ -21,8 +21,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from runner.config import POST_HOC_STAGES
 from runner.data import Augment, augment_batch
-from runner.decoupled import TauChoice, choose_tau, tau_norm_classifier, validation_halves
+from runner.decoupled import (
+    TauChoice,
+    choose_adjustment,
+    choose_tau,
+    linear_classifier,
+    validation_halves,
+)
 from runner.errors import UserError
 from runner.evaluation import Evaluation, evaluate
 from runner.feeding import Feed
@@ -200,9 +207,9 @@ def fit(
     called again, it continues). Signals are held until a batch ends, then stop the loop. With
     ``trainer.classifier_epochs`` (cRT, LWS) the classifier stage follows ``trainer.epochs``;
     the evaluation that ends stage one is also logged as ``stage1/*``. With
-    ``trainer.classifier_stage=tau_norm`` the classifier is tau-normalised after the last epoch
-    trains, before it is evaluated, and that evaluation's validation metrics are cross-fitted
-    (:func:`_tau_normalise`)."""
+    ``trainer.classifier_stage=tau_norm`` or ``posthoc_la`` the classifier is tau-normalised or
+    logit-adjusted after the last epoch trains, before it is evaluated, and that evaluation's
+    validation metrics are cross-fitted (:func:`_post_hoc`)."""
     trainer, data, state = parts.trainer, parts.data, parts.state
     names = data.class_names
     feed = (parts.device, data.normalize, data.feeding.num_workers)
@@ -216,8 +223,9 @@ def fit(
     tabled = per_class_as_table(
         parts.tracking, data.num_classes
     )  # many classes: one table an epoch
-    if trainer.classifier_stage == "tau_norm":  # what it cannot work with, refused before training
-        tau_norm_classifier(state.model)
+    post_hoc = trainer.classifier_stage in POST_HOC_STAGES
+    if post_hoc:  # what it cannot work with, refused before training
+        linear_classifier(state.model, trainer.classifier_stage)
         assert data.val_y is not None  # the config check refuses tau_norm without a split
         validation_halves(data.val_y.numpy())
     with stop_on_signals(deferred=True):
@@ -263,9 +271,9 @@ def fit(
             # The classifier's (the last group): a backbone_lr factor gives the features their own.
             metrics["train/lr"] = state.optimizer.param_groups[-1]["lr"]
             stage_one_ends = state.epoch == trainer.epochs < last
-            tuned: TauChoice | None = None  # tau-normalisation chooses on validation: cross-fitted
-            if state.epoch == last and trainer.classifier_stage == "tau_norm":
-                tuned = _tau_normalise(parts, val_x)  # before the last evaluation
+            tuned: TauChoice | None = None  # a post-hoc stage chooses on validation: cross-fitted
+            if state.epoch == last and post_hoc:
+                tuned = _post_hoc(parts, val_x)  # before the last evaluation
                 metrics.update(tuned.metrics())
             if state.epoch % trainer.eval_every == 0 or state.epoch == last or stage_one_ends:
                 evaluation = _evaluate(parts, test_x, test_y)
@@ -326,22 +334,28 @@ def _scored(parts: Parts, y: np.ndarray, predictions: np.ndarray) -> Evaluation:
     return evaluate(y, predictions, counts, parts.data.class_names, shots.many_shot, shots.few_shot)
 
 
-def _tau_normalise(parts: Parts, val_x: Feed | None) -> TauChoice:
-    """Tau-normalise the trained classifier with the tau the validation split chooses, and
-    cross-fit the validation predictions (:func:`runner.decoupled.choose_tau`): the last
-    evaluation's validation metrics are made from those, never from a tau chosen on the row it
-    predicts. Run once, when the last epoch has trained and before it is evaluated, so that the
-    last evaluation, the final metrics, the last checkpoint and the logged model are the
-    tau-normalised classifier's, and a run resumed from that checkpoint does not choose again."""
-    val_y = parts.data.val_y
+def _post_hoc(parts: Parts, val_x: Feed | None) -> TauChoice:
+    """Tau-normalise (``tau_norm``) or logit-adjust (``posthoc_la``, by the training class
+    frequencies) the trained classifier with the tau the validation split chooses, and cross-fit
+    the validation predictions (:func:`runner.decoupled.cross_fit`): the last evaluation's
+    validation metrics are made from those, never from a tau chosen on the row it predicts. Run
+    once, when the last epoch has trained and before it is evaluated, so that the last
+    evaluation, the final metrics, the last checkpoint and the logged model are the changed
+    classifier's, and a run resumed from that checkpoint does not choose again."""
+    val_y, stage = parts.data.val_y, parts.trainer.classifier_stage
     assert val_x is not None and val_y is not None  # refused before training without a split
     labels = val_y.numpy()
-    choice = choose_tau(
-        tau_norm_classifier(parts.state.model), lambda: _predict(parts, val_x), labels
-    )
+    classifier = linear_classifier(parts.state.model, stage)
+    predict = lambda: _predict(parts, val_x)  # noqa: E731
+    if stage == "tau_norm":
+        choice = choose_tau(classifier, predict, labels)
+    else:
+        counts = parts.data.train_counts.double()
+        choice = choose_adjustment(classifier, counts / counts.sum(), predict, labels)
     log.info(
-        "tau-normalisation: tau %.1f chosen on the validation split (the test set's); "
-        "validation scored cross-fitted with tau %.1f (half A) and %.1f (half B)",
+        "%s: tau %.1f chosen on the validation split (the test set's); validation scored "
+        "cross-fitted with tau %.1f (half A) and %.1f (half B)",
+        stage,
         choice.tau,
         choice.tau_a,
         choice.tau_b,

@@ -13,7 +13,7 @@ from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
 from runner.config import trainer_config
 from runner.data import LongTailData
-from runner.decoupled import ScaledClassifier, tau_norm_classifier, validation_halves
+from runner.decoupled import ScaledClassifier, linear_classifier, validation_halves
 from runner.errors import UserError
 from runner.feeding import Feed
 from runner.fit import train_epoch
@@ -119,6 +119,26 @@ def test_an_lws_checkpoint_resumes_into_the_scaled_classifier():
             "set data.val_per_class=2 or more",
         ),
         (
+            ["+method=posthoc_la", "data=digits_lt"],
+            "trainer.classifier_stage",
+            "posthoc_la chooses tau on a validation split",
+        ),
+        (
+            ["+method=posthoc_la", *DIGITS, "model.head=cosine"],
+            "trainer.classifier_stage",
+            "shifts a linear head's bias, and model.head=cosine has none",
+        ),
+        (
+            ["+method=posthoc_la", *DIGITS, "trainer.classifier_epochs=2"],
+            "trainer.classifier_stage",
+            "posthoc_la takes no classifier epochs",
+        ),
+        (
+            ["+method=posthoc_la", *DIGITS, "data.val_per_class=1"],
+            "data.val_per_class",
+            "set data.val_per_class=2 or more",
+        ),
+        (
             ["+method=lws", *DIGITS, "trainer.classifier_epochs=0"],
             "trainer.classifier_stage",
             "trainer.classifier_epochs=N",
@@ -147,12 +167,20 @@ def test_a_decoupled_stage_that_cannot_run_is_refused_before_training(
 
 
 @pytest.mark.unit
-def test_tau_norm_refuses_a_model_without_a_linear_classifier():
+@pytest.mark.parametrize("stage", ["tau_norm", "posthoc_la"])
+def test_a_post_hoc_stage_refuses_a_model_without_a_linear_classifier(stage):
     """What the config cannot tell (a model of the user's), the loop refuses before training."""
     with pytest.raises(UserError, match="is CosineClassifier\nuse model.head=linear"):
-        tau_norm_classifier(SmallCNN((3, 8, 8), 3, width=8, head="cosine"))
-    with pytest.raises(UserError, match="is NoneType"):
-        tau_norm_classifier(torch.nn.Sequential(torch.nn.Linear(4, 3)))
+        linear_classifier(SmallCNN((3, 8, 8), 3, width=8, head="cosine"), stage)
+    with pytest.raises(UserError, match=f"classifier_stage={stage} .* is NoneType"):
+        linear_classifier(torch.nn.Sequential(torch.nn.Linear(4, 3)), stage)
+    without_bias = torch.nn.Sequential()
+    without_bias.classifier = torch.nn.Linear(4, 3, bias=False)
+    if stage == "posthoc_la":  # its adjustment is folded into the bias
+        with pytest.raises(UserError, match="is torch.nn.Linear without a bias"):
+            linear_classifier(without_bias, stage)
+    else:
+        assert linear_classifier(without_bias, stage) is without_bias.classifier
 
 
 def _run(overrides: list[str], uri: str):
