@@ -46,10 +46,16 @@ def grid_decision(values: dict[str, dict[int, float]], alpha: float = 0.05) -> d
         "leader": leader,
         "means": {n: float(seen.means[0, i]) for i, n in enumerate(names)},
         "difference": {n: float(seen.difference[0, i]) for i, n in enumerate(names)},
-        "margin": float(seen.margin[0]),
+        "margin": {n: float(seen.margin[0, i]) for i, n in enumerate(names)},
         "not_separable_race_rule": sorted(mcb, key=lambda n: -seen.means[0, names.index(n)]),
         "not_separable_paired_t": paired,
     }
+
+
+def _interval(difference: float, margin: float) -> str:
+    """A difference to the leader and its race interval, in points: "-1.2 [-3.0, +0.6]"."""
+    low, high = difference - margin, difference + margin
+    return f"{100 * difference:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
 
 
 def naive_replay(values: dict[str, dict[int, float]]) -> dict[str, Any]:
@@ -89,9 +95,7 @@ def validation_table(folder: Path) -> str:
                 name,
                 str(i.n),
                 f"{i.mean:.4f} ± {i.half_width:.4f}",
-                "leader"
-                if name == leader
-                else f"{100 * diff:+.1f} [{100 * (diff - decision['margin']):+.1f}, {100 * (diff + decision['margin']):+.1f}]",
+                "leader" if name == leader else _interval(diff, decision["margin"][name]),
                 "—"
                 if name == leader
                 else f"{100 * p.difference.low:+.1f}, {100 * p.difference.high:+.1f}",
@@ -322,9 +326,14 @@ def race_rounds_table(folder: Path) -> str:
     race = load("race_bench", folder)["race"]["record"]
     rows = []
     for r in race["rounds"]:
+        # A record made before the rule's pairwise margins holds one pooled margin per round.
+        margin = (
+            r["margin"]
+            if isinstance(r["margin"], dict)
+            else dict.fromkeys(r["eliminated"], r["margin"])
+        )
         out = ", ".join(
-            f"{c} ({100 * r['difference'][c]:+.1f} [{100 * (r['difference'][c] - r['margin']):+.1f}, {100 * (r['difference'][c] + r['margin']):+.1f}])"
-            for c in r["eliminated"]
+            f"{c} ({_interval(r['difference'][c], margin[c])})" for c in r["eliminated"]
         )
         rows.append(
             [
@@ -350,26 +359,33 @@ def race_rounds_table(folder: Path) -> str:
 
 
 def race_rule_table(folder: Path) -> str:
+    """:mod:`experiments.race.scenarios`' table: each error rate with its Monte-Carlo standard
+    error, marked when above alpha plus two of them."""
     data = load("race_rule", folder)
-    rows = []
-    for r in data["rows"]:
-        power = "—"
-        if "worse_out_by_round_2" in r:
-            power = f"{r['worse_out_by_round_2'] / r['races']:.3f} (≥ {r['worse_out_by_round_2_lower95']:.3f})"
-        rows.append(
-            [
-                r["scenario"],
-                str(r["races"]),
-                f"{r['best_eliminated'] / r['races']:.4f} (≤ {r['best_eliminated_upper95']:.4f})",
-                power,
-                f"{r['mean_runs']:.1f}",
-            ]
-        )
+
+    def rate(row: dict[str, Any], key: str) -> str:
+        flag = "" if row[f"{key}_within"] else " **above alpha + 2 SE**"
+        return f"{100 * row[key]:.2f}% ± {100 * row[f'{key}_se']:.2f}{flag}"
+
+    rows = [
+        [
+            r["scenario"],
+            str(r["races"]),
+            rate(r, "best_eliminated"),
+            rate(r, "best_eliminated_near"),
+            rate(r, "understated"),
+            f"{100 * r['certified']:.1f}%",
+            f"{r['mean_runs']:.1f}",
+        ]
+        for r in data["rows"]
+    ]
     header = [
         "scenario (candidate 0 best)",
-        "races",
-        "best eliminated (95% upper bound)",
-        "the worse one out by round 2 (95% lower bound)",
-        "mean runs",
+        "races per layout",
+        "best eliminated, all tied (± MC SE)",
+        "best eliminated, others near",
+        "certificate below the true loss, others near",
+        "certified within delta, others near",
+        "mean runs, others near",
     ]
     return markdown_table(header, rows)

@@ -1,11 +1,15 @@
-"""The race's certificate on simulated races with known means: the chance that it understates
-how much the advised candidate loses to the best stays at most alpha, with equal and unequal
-per-candidate noise, with and without a preference order, and at the delta the race stops at.
-Fixed seeds; every tolerance is an exact binomial tail at 0.001 (as in test_race_rule.py).
+"""The race's guarantee on simulated races with known means: the chance that it eliminates the
+truly best candidate, and that its certificate understates how much the advised candidate loses
+to the best, each stays at most alpha, in every scenario of :mod:`experiments.race.scenarios`:
+candidates sharing 0%, 50% or 100% of their per-seed variation, the best sharing none of what
+the others share (the case a pooled variance gets wrong), unequal variances, heavy tails, a
+preference order, a budget, 5 and 9 candidates, on the digits benchmark's scale.
 
-The scenarios are the least favourable for a tolerance: candidates just over ``delta`` below the
-best, where advising one of them is the error, on the digits benchmark's scale (one run's
-validation noise 1.39 points, a seed effect of the same size).
+Fixed seeds; every tolerance is an exact binomial tail at 0.001: a rule whose true rate is
+alpha exceeds the bound with probability below 0.001 (as in test_race_rule.py). With 2,000
+races the bound is 6.5%; the pooled-variance rule this replaced eliminated the best in 12% of
+races with 5 candidates and 19% with 9 in "the best shares none, the others 100%", so these
+checks can fail.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import pytest
 from scipy.stats import binom
 
 from experiments.race.race import CERTIFIED, Race, replay
+from experiments.race.scenarios import SCENARIOS, SIGMA, rates
 from experiments.race.settings import RaceSettings
 from experiments.race.simulate import run_races, simulate_races, simulated_values
 
@@ -22,8 +27,8 @@ pytestmark = pytest.mark.unit  # in one process, seconds
 
 ALPHA = RaceSettings.alpha
 TAIL = 0.001
-RACES = 4000
-SIGMA = 0.0139  # one run's validation noise on digits, in objective units
+RACES = 2000
+BY_NAME = {s.name: s for s in SCENARIOS}
 
 
 def at_most(rate: float, count: int, trials: int) -> bool:
@@ -40,58 +45,30 @@ def near(delta: float, others: int) -> tuple[float, ...]:
     return (0.0, *[-(delta + 0.1) / 100] * others, -0.03)
 
 
-# name -> (means, per-candidate noise SDs in units of SIGMA or None, RaceSettings keywords)
-SCENARIOS = {
-    "4, delta 1": (near(1, 2), None, dict(delta=1.0)),
-    "4, delta 2": (near(2, 2), None, dict(delta=2.0)),
-    "9, delta 2": (near(2, 7), None, dict(delta=2.0)),
-    "4, delta 1, the best 2x noisier": (near(1, 2), (2, 1, 1, 1), dict(delta=1.0)),
-    "4, delta 2, the best 2x noisier": (near(2, 2), (2, 1, 1, 1), dict(delta=2.0)),
-    "4, delta 2, the others 2x noisier": (near(2, 2), (1, 2, 2, 2), dict(delta=2.0)),
-    "4, delta 2, preferring the worst first": (near(2, 2), None, dict(delta=2.0, prefer=[3, 2, 1])),
-    "4, delta 2, preferring the worst, best 2x noisier": (
-        near(2, 2),
-        (2, 1, 1, 1),
-        dict(delta=2.0, prefer=[3, 2, 1]),
-    ),
-    "9, delta 2, preferring the worst first": (
-        near(2, 7),
-        None,
-        dict(delta=2.0, prefer=list(range(8, 0, -1))),
-    ),
-    "4, delta 2, min_seeds 2": (near(2, 2), None, dict(delta=2.0, min_seeds=2)),
-    "4, delta 2, budget 24 runs": (near(2, 2), None, dict(delta=2.0, max_runs=24)),
-}
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_both_error_rates_are_at_most_alpha(name):
+    scenario = BY_NAME[name]
+    counted = rates(scenario, RACES, 500 + 2 * sorted(BY_NAME).index(name))
+    assert at_most(ALPHA, counted.best_out_tied, RACES), f"best out in {counted.best_out_tied}"
+    assert at_most(ALPHA, counted.best_out_near, RACES), f"best out in {counted.best_out_near}"
+    assert at_most(ALPHA, counted.understated, RACES), f"understated in {counted.understated}"
 
 
-def simulate(name: str):
-    means, sds, keywords = SCENARIOS[name]
-    noise_sds = None if sds is None else [SIGMA * s for s in sds]
-    settings = RaceSettings(**keywords)
-    seed = 500 + sorted(SCENARIOS).index(name)
-    outcomes = simulate_races(
-        means, RACES, seed, settings, noise_sd=SIGMA, noise_sds=noise_sds, seed_sd=SIGMA
-    )
+def simulate(delta: float, others: int, races: int = 4000, **keywords):
+    means = near(delta, others)
+    settings = RaceSettings(delta=delta, **keywords)
+    outcomes = simulate_races(means, races, 600 + others, settings, noise_sd=SIGMA, seed_sd=SIGMA)
     return outcomes, outcomes.loss(means), settings
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_the_certificate_understates_the_loss_in_at_most_alpha_of_races(name):
-    outcomes, loss, settings = simulate(name)
-    wrong = int((loss > outcomes.certificate).sum())
-    assert at_most(ALPHA, wrong, RACES), f"{name}: certificate below the loss in {wrong}/{RACES}"
-    # The promise a user reads: certified within delta, yet more than delta below the best.
-    broken = int((outcomes.certified & (loss > settings.tolerance)).sum())
-    assert at_most(ALPHA, broken, RACES), f"{name}: a broken certificate in {broken}/{RACES}"
-
-
-def test_a_tolerance_of_two_noise_sds_certifies_in_most_races():
-    """Power, not only validity: 4 candidates, two 2.1 points below the best, delta 2 points:
-    the race certifies before max_seeds in at least 95% of races, with under half the runs of
-    the full 4 x 10 grid."""
-    outcomes, _, _ = simulate("4, delta 2")
-    assert at_least(0.95, int(outcomes.certified.sum()), RACES)
-    assert outcomes.runs.mean() < 20
+def test_a_tolerance_of_two_points_certifies_in_most_races():
+    """Power, not only validity: 4 independent candidates, two 2.1 points below the best, delta
+    2 points (1 sigma_d): the race certifies before max_seeds in at least 90% of races, with
+    under 30 of the full 4 x 10 grid's 40 runs (measured: 93%, 27.6 runs; the pooled rule
+    certified 95% with under 20, on the assumption this rule drops)."""
+    outcomes, _, _ = simulate(2.0, 2)
+    assert at_least(0.90, int(outcomes.certified.sum()), len(outcomes.runs))
+    assert outcomes.runs.mean() < 30
 
 
 def test_a_zero_tolerance_is_the_elimination_race():
@@ -99,7 +76,7 @@ def test_a_zero_tolerance_is_the_elimination_race():
     values = simulated_values(near(1, 2), 500, seed=7)
     zero = run_races(values, RaceSettings(delta=0.0))
     assert ((zero.eliminated > 0).sum(axis=1) == 3)[zero.certified].all()
-    wide = run_races(values, RaceSettings(delta=1000.0))  # any certificate is within it
+    wide = run_races(values, RaceSettings(delta=1e5))  # any certificate is within it
     assert wide.certified.all() and (wide.rounds == 1).all()
 
 

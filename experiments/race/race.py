@@ -38,9 +38,10 @@ ONE_LEFT, CERTIFIED, MAX_SEEDS, MAX_RUNS = (
 
 @dataclass(frozen=True)
 class Round:
-    """What one look saw and decided. Differences are to the leader (<= 0); ``margin`` is the
-    half-width of the race interval on each difference (``critical * se``): a candidate is out
-    when ``difference + margin < 0``."""
+    """What one look saw and decided. Differences are to the leader (<= 0); ``se[c]`` is the
+    standard error of ``c``'s paired difference to the leader (its own pair's, on ``df = n - 1``
+    degrees of freedom) and ``margin[c] = critical * se[c]`` the half-width of its race
+    interval: ``c`` is out when ``difference[c] + margin[c] < 0``. The leader's are 0."""
 
     number: int
     seeds: tuple[int, ...]
@@ -49,10 +50,10 @@ class Round:
     means: dict[str, float]
     difference: dict[str, float]
     leader: str
-    se: float
+    se: dict[str, float]
     df: int
-    critical: float
-    margin: float
+    critical: float  # t for the look's m - 1 comparisons with the leader
+    margin: dict[str, float]
     eliminated: tuple[str, ...]  # by the look
     failed: dict[str, str]  # out before the look: candidate -> why (see failure_text)
     runs: int  # jobs run so far, this round included, failed ones too
@@ -207,10 +208,10 @@ class Race:
             means=means,
             difference={c: means[c] - means[leader] for c in alive},
             leader=leader,
-            se=float(seen.se[0]),
-            df=int(seen.df[0]),
+            se={c: float(seen.se[0, i]) for i, c in enumerate(alive)},
+            df=seen.df,
             critical=float(seen.critical[0]),
-            margin=float(seen.margin[0]),
+            margin={c: float(seen.margin[0, i]) for i, c in enumerate(alive)},
             eliminated=out,
             failed=failed,
             runs=self.runs,

@@ -2,72 +2,70 @@
 
 **The layout.** After a round every surviving candidate has the same seeds (a seed gives every
 candidate the same data subset and initialisation), so the objective values form a complete
-two-way table, candidates x seeds. The additive model ``y[k, s] = mu_k + b_s + e[k, s]``
-removes what a seed does to every candidate alike (``b_s``); the residual variance pooled over
-the whole table, ``s^2 = SSE / ((m - 1)(n - 1))`` for ``m`` survivors and ``n`` seeds, is the
-noise of one observation, and a paired difference of two candidates' means has standard error
-``SE = s * sqrt(2 / n)``.
+table, candidates x seeds, and any two candidates ``j`` and ``k`` can be compared by their
+*paired* differences ``D_jk[s] = y[j, s] - y[k, s]``: what a seed does to both alike cancels.
 
-**One look: multiple comparisons with the best** (Hsu 1984, "Constrained simultaneous confidence
-intervals for multiple comparisons with the best"). The round's leader is the candidate with the
-highest mean; candidate ``k`` is eliminated when ``mean_leader - mean_k > d * SE``, where ``d``
-is the one-sided Dunnett critical value for ``m - 1`` comparisons (equicorrelated, rho = 1/2)
-with ``(m - 1)(n - 1)`` degrees of freedom at the look's level ``a_r``. Under the additive model
-with normal, equal-variance noise this keeps the truly best candidate with probability at least
-``1 - a_r`` whatever the other means are: it is eliminated only if some candidate's mean error
-beats its own by more than ``d * SE``, which is exactly the Dunnett event.
+**Each pair its own variance.** Two candidates can share much of what a seed does to them
+(recipes trained on one frozen backbone share their features, or a whole training prefix) or
+nothing (a candidate with its own training), so the noise of a difference depends on the pair.
+The rule never pools: pair ``(j, k)`` has the mean difference ``Dbar_jk``, the sample standard
+deviation ``s_jk`` of its ``n`` per-seed differences and ``SE_jk = s_jk / sqrt(n)`` on ``n - 1``
+degrees of freedom, whatever the other candidates do. The price is power at few seeds: a pooled
+residual has ``(m - 1)(n - 1)`` degrees of freedom, a pair only ``n - 1`` (2 at 3 seeds).
+
+**One look: multiple comparisons with the best, Bonferroni over the comparisons with it.** With
+``m`` survivors at level ``a_r``, let ``t = t_{1 - a_r / (m - 1), n - 1}`` (Student's t quantile:
+:func:`pair_critical`). The round's leader ``L`` is the survivor with the highest mean; survivor
+``k`` is out when ``Dbar_Lk > t * SE_Lk``. This is Hsu's multiple comparisons with the best
+(Hsu 1984; Hsu 1996, *Multiple Comparisons: Theory and Methods*, ch. 4) with a Bonferroni bound
+over the ``m - 1`` comparisons with the best, each on its own pair's t, in place of the
+equicorrelated Dunnett constant that needs one pooled variance.
+
+*Proof sketch.* Let ``b`` be the truly best survivor and ``E`` the event that for every other
+survivor ``j``: ``(Dbar_jb - (mu_j - mu_b)) / SE_jb < t``. Each of these ``m - 1`` ratios is a
+Student t on ``n - 1`` degrees of freedom when the seeds are independent replicates and the
+pair's per-seed differences are normal (any variance, any correlation between candidates: each
+ratio uses only its own pair), so by Bonferroni ``P(not E) <= (m - 1) * a_r / (m - 1) = a_r``.
+On ``E``, ``b`` is not eliminated: ``Dbar_Lb < (mu_L - mu_b) + t * SE_Lb <= t * SE_Lb``.
 
 **The repeated looks: alpha spent across the rounds that can happen.** A race looks after every
-round, so the chances to drop the best add up (a naive race, paired t-tests at 0.05 after every
-round, dropped a candidate at 5 seeds that 10 seeds could not separate). Before the first round
-the race knows how many rounds it can have at most, ``R`` (:func:`rounds_possible`), and spends
-``alpha`` across them by Bonferroni: round ``r`` gets ``a_r = alpha * (1/r) / H_R`` (``H_R``
-the R-th harmonic number), so ``sum a_r = alpha``. The split leans early because an elimination
-in round ``r`` saves up to ``R - r`` later runs, and later looks lose little to a small level
-(their degrees of freedom are larger, and a normal quantile grows only like
-``sqrt(2 log(1/a))``).
+round, so the chances to drop the best add up. Before the first round the race knows how many
+rounds it can have at most, ``R`` (:func:`rounds_possible`), and spends ``alpha`` across them by
+Bonferroni: round ``r`` gets ``a_r = alpha * (1/r) / H_R`` (``H_R`` the R-th harmonic number), so
+``sum a_r = alpha``. The split leans early because an elimination in round ``r`` saves up to
+``R - r`` later runs.
 
-**The certificate: how much a choice could lose** (Hsu's MCB lower bounds, 1984, section 2).
-Let ``b`` be the truly best of the survivors, and ``E`` the event that no survivor's mean error
-beats ``b``'s by more than ``d * SE``: ``(ybar_j - mu_j) - (ybar_b - mu_b) < d * SE`` for every
-``j != b``. ``E`` is the very event the look's elimination guarantee rests on, so it holds with
-probability at least ``1 - a_r``. On ``E``, for *every* candidate ``a`` at once,
+**The certificate: how much a choice could lose** (Hsu's MCB lower bounds, with the pairwise
+standard errors). On ``E``, for *every* survivor ``a`` at once,
 
-    max_j mu_j - mu_a  <=  C(a) = max(0, max_{j != a} ybar_j - ybar_a + d * SE),
+    max_j mu_j - mu_a  <=  C(a) = max(0, max_{j != a} (Dbar_ja + t * SE_ja)),
 
-since for ``a != b``: ``ybar_b - ybar_a + d * SE > mu_b - mu_a``. ``C(a)`` is the
-:func:`certificate`: the most by which any candidate could beat ``a`` at the look's confidence.
-Because it holds for every ``a`` simultaneously, it stays valid for an ``a`` chosen from the
-data (the leader, or the first of a preference list within ``delta`` of it). Over the race the
-looks' events fail with total probability at most ``sum a_r = alpha`` (the union bound above),
-so the certificate of the look the race stops at is valid at level ``alpha`` however the data
-chose that look: stopping "as soon as the certificate is within delta" is one more
-data-dependent stop the union bound already covers. On ``E`` the best is never eliminated, so
-the survivors' certificate covers the eliminated candidates too. Assumptions: the candidates are
-paired by seed, the paired differences are normal, and the residual variance is one for all
-candidates (pooled); unequal per-candidate variances are outside the proof and measured in
-:mod:`experiments.race.simulate`. With one survivor ``C = 0``; ``C(leader) = 0`` exactly when
-every other survivor is eliminated, so ``delta = 0`` is today's rule.
+since for ``a != b`` the pair ``(a, b)`` in ``E`` gives ``mu_b - mu_a < Dbar_ba + t * SE_ab``.
+``C(a)`` is the :func:`certificate`. Because it holds for every ``a`` simultaneously it stays
+valid for an ``a`` chosen from the data (the leader, or the first of a preference list within
+``delta`` of it), and it rests on the same event ``E`` as the elimination, so the look spends
+its ``a_r`` once for both. Over the race the looks' events fail with total probability at most
+``sum a_r = alpha``, so the certificate of the look the race stops at is valid at level
+``alpha`` however the data chose that look. On ``E`` the best is never eliminated, so the
+survivors' certificate covers the eliminated candidates too. With one survivor ``C = 0``.
 
-**What is and is not proved.** Each look's guarantee is exact for a fixed set of candidates; the
-union bound makes the total at most ``alpha``. That the survivors of a look are chosen by the
-earlier looks of the same seeds is not covered by the proof, and the noise is assumed normal with
-one variance for every candidate (pooling is what buys power at 3 seeds; a best candidate much
-noisier than the rest is the case it serves worst). :mod:`experiments.race.simulate` measures the
-total error and the power on simulated races; ``tests/test_race_rule.py`` checks them.
+**What is assumed, and what is not proved.** Assumed: the seeds are independent replicates (one
+seed's outcomes tell nothing of another's), and each pair's per-seed differences are normal with
+a variance of their own; nothing is assumed about how correlated the candidates are, nor that
+their variances are equal. Not covered by the proof: the survivors of a look (hence ``m``) are
+chosen by earlier looks at the same seeds. :mod:`experiments.race.simulate` measures both error
+rates on simulated races (equal and unequal correlation, unequal variances, heavy tails) and
+``tests/test_race_certificate.py`` and ``tests/test_race_rule.py`` check them.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import log_ndtr, roots_hermite, roots_legendre
-from scipy.stats import chi2
+from scipy.stats import t as student_t
 
 
 def rounds_possible(
@@ -105,88 +103,62 @@ def spending(alpha: float, rounds: int) -> tuple[float, ...]:
     return tuple(float(a) for a in alpha * weights / weights.sum())
 
 
-# The one-sided Dunnett probability, P(max_j (Z_j - Z_0) > d * sqrt(2) * U) with Z iid normal
-# and U^2 ~ chi2(df)/df, is E over U and Z_0 of 1 - Phi(Z_0 + sqrt(2) d U)^p: Gauss-Hermite
-# over Z_0 and Gauss-Legendre panels over the chi2 quantile of U (the panels near 0 carry the
-# heavy tail of small df). The complement is computed as -expm1(p * log Phi), without
-# cancellation, so levels down to 1e-5 keep ~6 digits (checked against Student t for p = 1).
-_Z, _ZW = roots_hermite(64)
-_Z, _ZW = math.sqrt(2) * _Z, _ZW / math.sqrt(math.pi)
-
-
-def _panels(nodes: int, edges: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
-    x, w = roots_legendre(nodes)
-    q = [lo + (x + 1) / 2 * (hi - lo) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
-    qw = [w / 2 * (hi - lo) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
-    return np.concatenate(q), np.concatenate(qw)
-
-
-_Q, _QW = _panels(48, (0.0, 1e-5, 1e-3, 0.05, 1.0))
-
-
-@lru_cache(maxsize=64)
-def _scale(df: int) -> np.ndarray:
-    return np.sqrt(chi2.ppf(_Q, df) / df)
-
-
-def mcb_exceedance(d: float, comparators: int, df: int) -> float:
-    """P(the best is out-scored by more than ``d`` standard errors by one of ``comparators``
-    equally good candidates), with a pooled variance on ``df`` degrees of freedom."""
-    u = _scale(df)
-    shifted = _Z[None, :] + math.sqrt(2) * d * u[:, None]
-    inner = (_ZW[None, :] * -np.expm1(comparators * log_ndtr(shifted))).sum(axis=1)
-    return float((_QW * inner).sum())
-
-
 @lru_cache(maxsize=4096)
-def mcb_critical(level: float, comparators: int, df: int) -> float:
-    """The one-sided Dunnett critical value ``d``: ``mcb_exceedance(d, comparators, df) ==
-    level`` (for one comparator, Student's t quantile ``t_{1-level, df}``)."""
-    if not 0 < level < 1 or comparators < 1 or df < 1:
-        raise ValueError(f"mcb_critical({level}, {comparators}, {df})")
-    high = 1.0
-    while mcb_exceedance(high, comparators, df) > level:
-        high *= 2
-    return float(
-        brentq(
-            lambda d: math.log(max(mcb_exceedance(d, comparators, df), 1e-300)) - math.log(level),
-            0.0,
-            high,
-            xtol=1e-10,
-        )
-    )
+def pair_critical(level: float, comparisons: int, df: int) -> float:
+    """``t``: Student's t quantile ``t_{1 - level / comparisons, df}``, the one-sided critical
+    value of each of ``comparisons`` pairwise t-ratios that together fail with probability at
+    most ``level`` (Bonferroni)."""
+    if not 0 < level < 1 or comparisons < 1 or df < 1:
+        raise ValueError(f"pair_critical({level}, {comparisons}, {df})")
+    return float(student_t.isf(level / comparisons, df))
 
 
 @dataclass(frozen=True)
 class Look:
     """One look at a batch of ``B`` races with ``K`` candidate slots and ``n`` seeds each.
 
-    Arrays are indexed ``[race]`` or ``[race, candidate]``; a candidate that is not alive has
-    ``eliminated`` False and meaningless numbers."""
+    Arrays are indexed ``[race]``, ``[race, candidate]`` or ``[race, j, k]`` (the pair ``j``
+    minus ``k``); a candidate that is not alive has ``eliminated`` False and meaningless
+    numbers."""
 
     n: int
     level: float
     alive: np.ndarray  # (B, K) the survivors the look compared
     means: np.ndarray  # (B, K) mean objective over the n seeds
     leader: np.ndarray  # (B,) index of the highest mean among the alive (first on ties)
-    df: np.ndarray  # (B,) (m - 1)(n - 1)
-    se: np.ndarray  # (B,) standard error of a paired difference of two means
-    critical: np.ndarray  # (B,) d at the look's level for m - 1 comparators (inf when m < 2)
+    df: int  # n - 1, each pair's degrees of freedom
+    pair_se: np.ndarray  # (B, K, K) standard error of the paired mean difference j - k
+    critical: np.ndarray  # (B,) t at the look's level for m - 1 comparisons (inf when m < 2)
     eliminated: np.ndarray  # (B, K) out at this look
+
+    @property
+    def rows(self) -> np.ndarray:
+        return np.arange(len(self.leader))
 
     @property
     def difference(self) -> np.ndarray:
         """(B, K) mean minus the leader's mean (<= 0)."""
-        return self.means - self.means[np.arange(len(self.leader)), self.leader][:, None]
+        return self.means - self.means[self.rows, self.leader][:, None]
+
+    @property
+    def pair_margin(self) -> np.ndarray:
+        """(B, K, K) half-width of the race interval on the difference ``j - k``: ``t *
+        SE_jk`` (inf in a race with fewer than 2 survivors)."""
+        with np.errstate(invalid="ignore"):  # inf * 0: no pair to compare
+            margin = self.critical[:, None, None] * self.pair_se
+        return np.where(np.isfinite(self.critical)[:, None, None], margin, np.inf)
+
+    @property
+    def se(self) -> np.ndarray:
+        """(B, K) standard error of each candidate's difference to the leader (0 for it)."""
+        return self.pair_se[self.rows, self.leader]
 
     @property
     def margin(self) -> np.ndarray:
-        """(B,) half-width of the race interval on a difference to the leader: ``d * SE``. A
-        candidate is out exactly when its interval, difference +- margin, lies below 0."""
-        margin = np.full(len(self.se), np.inf)
-        finite = np.isfinite(self.critical)
-        margin[finite] = self.critical[finite] * self.se[finite]
-        return margin
+        """(B, K) half-width of each candidate's race interval on its difference to the
+        leader: ``t * SE_leader,k``. A candidate is out exactly when its interval, difference
+        +- margin, lies below 0."""
+        return self.pair_margin[self.rows, self.leader]
 
 
 def look(values: np.ndarray, alive: np.ndarray, level: float) -> Look:
@@ -199,42 +171,29 @@ def look(values: np.ndarray, alive: np.ndarray, level: float) -> Look:
     races, _, n = values.shape
     if n < 2:
         raise ValueError(f"a look needs at least 2 seeds, got {n}")
-    y = np.where(alive[:, :, None], values, 0.0)
+    means = values.mean(axis=2)
+    paired = values[:, :, None, :] - values[:, None, :, :]  # (B, K, K, n)
+    pair_se = paired.std(axis=3, ddof=1) / np.sqrt(n)
     m = alive.sum(axis=1)
-    size = np.maximum(m, 1)
-    means = y.mean(axis=2)
-    seed_means = y.sum(axis=1) / size[:, None]
-    grand = (means * alive).sum(axis=1) / size
-    residual = (y - means[:, :, None] - seed_means[:, None, :] + grand[:, None, None]) * alive[
-        :, :, None
-    ]
-    df = (m - 1) * (n - 1)
-    sse = (residual**2).sum(axis=(1, 2))
-    se = np.sqrt(sse / np.maximum(df, 1)) * math.sqrt(2.0 / n)
     leader = np.where(alive, means, -np.inf).argmax(axis=1)
     critical = np.full(races, np.inf)
-    for size_ in np.unique(m[m >= 2]):
-        critical[m == size_] = mcb_critical(level, int(size_) - 1, int(size_ - 1) * (n - 1))
-    lead = means[np.arange(races), leader]
-    # A difference larger than d * SE; with SE = 0 (the additive model fits exactly) any
+    for size in np.unique(m[m >= 2]):
+        critical[m == size] = pair_critical(level, int(size) - 1, n - 1)
+    seen = Look(n, level, alive, means, leader, n - 1, pair_se, critical, np.zeros_like(alive))
+    # A difference larger than t * SE; with SE = 0 (the pair's differences are constant) any
     # strictly lower mean is out.
-    margin = np.full(races, np.inf)
-    finite = np.isfinite(critical)
-    margin[finite] = critical[finite] * se[finite]
-    eliminated = alive & (lead[:, None] - means > margin[:, None])
-    eliminated &= (m >= 2)[:, None]
-    return Look(n, level, alive, means, leader, df, se, critical, eliminated)
+    return replace(seen, eliminated=alive & (-seen.difference > seen.margin) & (m >= 2)[:, None])
 
 
 def certificate(seen: Look, advised: np.ndarray) -> np.ndarray:
     """(B,) the most by which any survivor of the look could beat ``advised`` (B,) (a survivor
-    index per race) at the look's level, in the objective's units: ``max(0, max_{j != a} ybar_j
-    - ybar_a + d * SE)`` (see the module's docstring); 0 in a race with one survivor."""
-    rows = np.arange(len(seen.leader))
+    index per race) at the look's level, in the objective's units: ``max(0, max_{j != a}
+    (Dbar_ja + t * SE_ja))`` (see the module's docstring); 0 in a race with one survivor."""
+    rows = seen.rows
     others = seen.alive.copy()
     others[rows, advised] = False
-    best_other = np.where(others, seen.means, -np.inf).max(axis=1)
-    bound = best_other - seen.means[rows, advised] + np.where(others.any(axis=1), seen.margin, 0)
+    beaten = seen.means - seen.means[rows, advised][:, None] + seen.pair_margin[rows, :, advised]
+    bound = np.where(others, beaten, -np.inf).max(axis=1)
     return np.where(others.any(axis=1), np.maximum(bound, 0.0), 0.0)
 
 
@@ -242,7 +201,7 @@ def advise(seen: Look, prefer: Sequence[int], delta: float) -> np.ndarray:
     """(B,) the advised survivor of each race: the first of ``prefer`` (candidate indices, in
     the user's order) alive and within ``delta`` (objective units) of the leader's mean, else
     the leader."""
-    rows = np.arange(len(seen.leader))
+    rows = seen.rows
     advised = seen.leader.copy()
     chosen = np.zeros(len(rows), dtype=bool)
     lead = seen.means[rows, seen.leader]

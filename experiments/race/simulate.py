@@ -1,17 +1,25 @@
 """Simulated races with known means: how often the rule drops the truly best candidate, and how
 fast it drops a clearly worse one. Pure and seeded (numpy's PCG64 from ``seed``).
 
-**The model.** Candidate ``k`` on seed ``s`` scores ``mu_k + b_s + sigma_k * e[k, s]``: ``b_s``
-(standard deviation ``seed_sd``) is what a seed does to every candidate alike (the data subset,
-the initialisation), which pairing removes; ``e`` is independent standard normal noise. **sigma**
-(``noise_sd``, per candidate with ``noise_sds``) is the per-observation noise SD of one
-candidate's outcome; the paired difference of two candidates on one seed then has SD
-``sigma_d = sqrt(2) * sigma``. Means are given in units of ``sigma``.
+**The model.** Candidate ``k`` on seed ``s`` scores
+
+    mu_k + b_s + sigma_k * (sqrt(rho_k) * c_s + sqrt(1 - rho_k) * e[k, s]):
+
+``b_s`` (standard deviation ``seed_sd``) is what a seed does to every candidate alike (the data
+subset, the initialisation), which pairing removes; ``c_s`` is a per-seed component that only
+some candidates share, a share ``rho_k`` of candidate ``k``'s own variation (``shared``: 0 by
+default; recipes on one frozen backbone share most of theirs, a candidate with its own training
+shares none), so two candidates are correlated by ``sqrt(rho_j rho_k)`` beyond ``b_s``; ``e`` is
+independent noise. ``c`` and ``e`` are standard normal, or Student t on ``tails`` degrees of
+freedom scaled to variance 1 (heavy tails). **sigma** (``noise_sd``, per candidate with
+``noise_sds``) is the per-observation noise SD of one candidate's outcome; with ``rho = 0`` the
+paired difference of two candidates on one seed has SD ``sigma_d = sqrt(2) * sigma``. Means are
+given in units of ``sigma``.
 
     python -m experiments.race.simulate --out docs/results/race_rule.json
 
-writes the scenario table that ``docs/results/race_rule.md`` shows (``python -m
-scripts.tables`` renders it).
+writes the scenario table of :mod:`experiments.race.scenarios` that ``docs/results/race_rule.md``
+shows (``python -m scripts.tables`` renders it).
 """
 
 from __future__ import annotations
@@ -24,7 +32,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import binom
 from scipy.stats import t as t_dist
 
 from experiments.race.rule import advise, certificate, look, rounds_possible, spending
@@ -66,15 +73,31 @@ def simulated_values(
     noise_sd: float = 1.0,
     noise_sds: Sequence[float] | None = None,
     seed_sd: float = 1.0,
+    shared: Sequence[float] | None = None,
+    tails: float | None = None,
 ) -> np.ndarray:
     """(races, candidates, max_seeds) outcomes of the model above (by default as many seeds
-    as a race with the default settings can use)."""
+    as a race with the default settings can use). Raises ValueError for a share outside [0, 1]
+    or ``tails`` <= 2 (no variance)."""
     k = len(means)
     rng = np.random.default_rng(seed)
     sds = np.full(k, noise_sd) if noise_sds is None else np.asarray(noise_sds, dtype=float)
+    rho = np.zeros(k) if shared is None else np.asarray(shared, dtype=float)
+    if not ((rho >= 0) & (rho <= 1)).all():
+        raise ValueError(f"shared={list(rho)}: each share lies in [0, 1]")
+    if tails is not None and tails <= 2:
+        raise ValueError(f"tails={tails}: Student t has a variance above 2 degrees of freedom")
+
+    def draw(shape: tuple[int, ...]) -> np.ndarray:
+        if tails is None:
+            return rng.standard_normal(shape)
+        return rng.standard_t(tails, shape) / math.sqrt(tails / (tails - 2))
+
     blocks = seed_sd * rng.standard_normal((races, 1, max_seeds))
-    noise = sds[None, :, None] * rng.standard_normal((races, k, max_seeds))
-    return np.asarray(means, dtype=float)[None, :, None] + blocks + noise
+    own = draw((races, k, max_seeds))
+    common = draw((races, 1, max_seeds)) if rho.any() else 0.0
+    noise = np.sqrt(rho)[None, :, None] * common + np.sqrt(1 - rho)[None, :, None] * own
+    return np.asarray(means, dtype=float)[None, :, None] + blocks + sds[None, :, None] * noise
 
 
 def run_races(values: np.ndarray, settings: RaceSettings | None = None) -> Outcomes:
@@ -179,9 +202,11 @@ def simulate_races(
     noise_sd: float = 1.0,
     noise_sds: Sequence[float] | None = None,
     seed_sd: float = 1.0,
+    shared: Sequence[float] | None = None,
+    tails: float | None = None,
 ) -> Outcomes:
     """``races`` independent races of ``len(means)`` candidates on simulated outcomes, run as
-    ``settings`` say (the defaults when None)."""
+    ``settings`` say (the defaults when None); the keywords are :func:`simulated_values`'."""
     settings = settings or RaceSettings()
     values = simulated_values(
         means,
@@ -191,93 +216,10 @@ def simulate_races(
         noise_sd=noise_sd,
         noise_sds=noise_sds,
         seed_sd=seed_sd,
+        shared=shared,
+        tails=tails,
     )
     return run_races(values, settings)
-
-
-def binomial_upper(count: int, trials: int, confidence: float = 0.95) -> float:
-    """Exact (Clopper-Pearson) one-sided upper confidence bound of a binomial proportion."""
-    if count >= trials:
-        return 1.0
-    from scipy.stats import beta
-
-    return float(beta.ppf(confidence, count + 1, trials - count))
-
-
-def binomial_lower(count: int, trials: int, confidence: float = 0.95) -> float:
-    """Exact (Clopper-Pearson) one-sided lower confidence bound of a binomial proportion."""
-    if count <= 0:
-        return 0.0
-    from scipy.stats import beta
-
-    return float(beta.ppf(1 - confidence, count, trials - count + 1))
-
-
-def largest_count_consistent_with(rate: float, trials: int, tail: float = 0.001) -> int:
-    """The largest count of ``trials`` that a true rate ``rate`` produces with probability at
-    least ``tail`` of that many or more: observing more rejects ``rate`` at level ``tail``."""
-    return int(binom.isf(tail, trials, rate))
-
-
-# The scenarios docs/results/race_rule.md shows: (name, means in units of sigma, the index of
-# "the worse one" (-1: none), per-candidate noise SDs (None: all sigma)); candidate 0 is the
-# best (tied with others in some).
-SQRT2 = math.sqrt(2)
-SCENARIOS: tuple[tuple[str, tuple[float, ...], int, tuple[float, ...] | None], ...] = (
-    ("4 tied", (0, 0, 0, 0), -1, None),
-    ("9 tied", (0,) * 9, -1, None),
-    ("4: one 3 sigma_d worse, two tied", (0, 0, 0, -3 * SQRT2), 3, None),
-    (
-        "4: one 3 sigma_d worse, two 1.5 sigma_d worse",
-        (0, -1.5 * SQRT2, -1.5 * SQRT2, -3 * SQRT2),
-        3,
-        None,
-    ),
-    ("9: one 3 sigma_d worse, seven tied", (0,) * 8 + (-3 * SQRT2,), 8, None),
-    ("3: one 3 sigma_d worse, one tied", (0, 0, -3 * SQRT2), 2, None),
-    ("2: one 3 sigma_d worse", (0, -3 * SQRT2), 1, None),
-    ("4: one 3 sigma worse, two tied", (0, 0, 0, -3.0), 3, None),
-    ("9: one 3 sigma worse, seven tied", (0,) * 8 + (-3.0,), 8, None),
-    ("9: one 3 sigma worse, seven 0.5 sigma worse", (0,) + (-0.5,) * 7 + (-3.0,), 8, None),
-    ("4 tied, the best 2x noisier", (0, 0, 0, 0), -1, (2, 1, 1, 1)),
-    ("4 tied, the best 2x less noisy", (0, 0, 0, 0), -1, (0.5, 1, 1, 1)),
-)
-
-
-def scenario_table(races: int = 4000, seed: int = 2024) -> list[dict[str, object]]:
-    """Every scenario of :data:`SCENARIOS` with the default :class:`RaceSettings`: the share of races that eliminated the best (candidate 0) and, where there is one, the
-    worse candidate within two rounds, with exact 95% bounds."""
-    rows = []
-    for i, (name, means, worse, noise_sds) in enumerate(SCENARIOS):
-        result = simulate_races(means, races, seed + i, noise_sds=noise_sds)
-        best_out = int((result.eliminated[:, 0] > 0).sum())
-        row: dict[str, object] = {
-            "scenario": name,
-            "candidates": len(means),
-            "races": races,
-            "best_eliminated": best_out,
-            "best_eliminated_upper95": binomial_upper(best_out, races),
-            "mean_runs": float(result.runs.mean()),
-        }
-        if worse >= 0:
-            caught = int(result.out_by(worse, 2).sum())
-            row["worse_out_by_round_2"] = caught
-            row["worse_out_by_round_2_lower95"] = binomial_lower(caught, races)
-        rows.append(row)
-    for j, (name, means) in enumerate((("4 tied", (0,) * 4), ("9 tied", (0,) * 9))):
-        result = naive_races(simulated_values(means, races, seed + 100 + j))
-        best_out = int((result.eliminated[:, 0] > 0).sum())
-        rows.append(
-            {
-                "scenario": f"{name}: the naive race (paired t vs the leader, Holm, every round)",
-                "candidates": len(means),
-                "races": races,
-                "best_eliminated": best_out,
-                "best_eliminated_upper95": binomial_upper(best_out, races),
-                "mean_runs": float(result.runs.mean()),
-            }
-        )
-    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -285,11 +227,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the JSON artifact to write")
     parser.add_argument("--races", type=int, default=4000)
     args = parser.parse_args(argv)
+    from experiments.race.scenarios import SIGMA, all_within, scenario_table
+
     rows = scenario_table(args.races)
     used = RaceSettings()
     header = {"alpha": used.alpha, "min_seeds": used.min_seeds, "max_seeds": used.max_seeds}
+    header |= {"sigma_points": 100 * SIGMA, "delta_points": used.delta}
     args.out.write_text(json.dumps({**header, "rows": rows}, indent=1) + "\n")
-    print(f"wrote {args.out} ({len(rows)} scenarios)")
+    print(f"wrote {args.out} ({len(rows)} scenarios, all within alpha + 2 SE: {all_within(rows)})")
     return 0
 
 
