@@ -34,6 +34,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from runner import cache_dirs
 from runner.config import MODEL_RUNNER_KEYS
 from runner.data import LongTailData
 from runner.distributed import is_main
@@ -44,8 +45,11 @@ from runner.models import FeatureClassifier
 from runner.models.source import UnreadableCode, code_digest
 from runner.state import autocast
 
-FORMAT = 3  # of the cache files (3: keyed by the inputs fed); another format is computed again
-DEFAULT_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "features"
+# Of the cache files (3: keyed by the inputs fed); a file of another format is computed again.
+# Bump it whenever what extract() computes for the same key changes: the file layout, and also
+# how the features are computed (channels-last, autocast, the batch size's effect on the
+# numbers), since the key names the inputs and the backbone, not the way they are run.
+FORMAT = 3
 EXTRACT_BATCH = 256  # samples per backbone forward pass while computing features
 LOCK_WAIT_S = 1800.0  # the longest a job waits for another computing the same features
 SPLITS = ("train", "val", "test")
@@ -97,6 +101,12 @@ def backbone_name(model_cfg: DictConfig) -> str:
     return f"{target}:{name}" if name else target
 
 
+def cache_root(cfg: DictConfig) -> Path:
+    """Where the features are cached: ``features.cache_dir``, or (null) the user's cache folder
+    (:mod:`runner.cache_dirs`), never the source tree."""
+    return Path(cfg.features.cache_dir or cache_dirs.folder("features")).expanduser()
+
+
 def freeze(
     model: FeatureClassifier,
     data: LongTailData,
@@ -114,7 +124,7 @@ def freeze(
         )
         return FeatureClassifier(FrozenBackbone(backbone), head, dim), data, None
     backbone = backbone.to(device).requires_grad_(False).eval()
-    folder = Path(cfg.features.cache_dir or DEFAULT_CACHE).expanduser()
+    folder = cache_root(cfg)
     identity = backbone_identity(backbone, cfg.model, device)
     computed: list[tuple[Path | None, torch.Tensor, float]] = []
     reused: list[Path] = []

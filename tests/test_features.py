@@ -93,6 +93,17 @@ def test_features_are_computed_once_then_reused_without_a_forward_pass(tmp_path,
     assert torch.allclose(logged(images), model(swapped.test_x[:16]), atol=1e-5)
 
 
+def test_the_default_cache_is_the_users_cache_folder_not_the_source_tree(user_cache):
+    """``features.cache_dir: null`` means :func:`runner.cache_dirs.folder` ("features")."""
+    cfg = compose_config(
+        ["data=digits_lt", *SMALL_CNN, "model.freeze=true", "trainer.augment=false"]
+    )
+    assert cfg.features.cache_dir is None
+    data = digits(cfg)
+    freeze(backbone_model(cfg, data), data, cfg, CPU)
+    assert len(list((user_cache / "features").glob("*.pt"))) == 2  # train and test
+
+
 def test_a_config_with_hydras_own_keys_unresolvable_outside_a_job_is_frozen_too(tmp_path):
     """A job's config composed outside a launched job (the race composes the advised
     candidate's again to log its model) holds ``hydra.sweep.subdir: ${hydra.job.num}``, which
