@@ -1,8 +1,11 @@
-"""Evaluation on the balanced test set with scikit-learn's metrics."""
+"""Evaluation on the balanced test set: every metric from the confusion matrix (one
+``torch.bincount``), as scikit-learn computes it with ``zero_division=0``; scikit-learn's
+input validation cost most of an epoch's evaluation. The classification report is scikit-learn's,
+written when it is read."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,7 +29,33 @@ class Evaluation:
     f1: np.ndarray
     support: np.ndarray
     confusion: np.ndarray
-    report: str
+    class_names: list[str]
+    # The report a checkpoint saved before the report was written on demand (those did not keep
+    # the class names it needs): shown as it was saved.
+    saved_report: str = field(default="", repr=False)
+
+    @property
+    def report(self) -> str:
+        """scikit-learn's ``classification_report`` (4 digits, ``zero_division=0``) of the
+        predictions this evaluation counted: every (true, predicted) pair as often as the
+        confusion matrix holds it, which is all the report reads."""
+        if self.saved_report:
+            return self.saved_report
+        from sklearn.metrics import classification_report  # here: a second to import
+
+        cells = self.confusion.ravel()
+        pairs = np.repeat(np.arange(cells.size), cells)
+        classes = len(self.class_names)
+        return str(
+            classification_report(
+                pairs // classes,
+                pairs % classes,
+                labels=np.arange(classes),
+                target_names=self.class_names,
+                zero_division=0,
+                digits=4,
+            )
+        )
 
     def headline(self, prefix: str) -> dict[str, float]:
         """The headline metrics as ``prefix/<name>`` (a shot group with no classes left out)."""
@@ -73,6 +102,9 @@ class Evaluation:
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Evaluation:
         values = {k: v.numpy() if torch.is_tensor(v) else v for k, v in state.items()}
+        if "report" in values:  # saved before the report was written on demand
+            values["saved_report"] = values.pop("report")
+            values.setdefault("class_names", [])
         return cls(**values)  # type: ignore[arg-type]  # the fields of a state_dict() of this class
 
 
@@ -83,6 +115,33 @@ def shot_groups(train_counts: np.ndarray, many_shot: int, few_shot: int) -> dict
     return {"many": many, "medium": ~many & ~few, "few": few}
 
 
+def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> np.ndarray:
+    """Counts of (true class i, predicted class j) at [i, j], both in 0..num_classes - 1 (anything
+    else is a ValueError): scikit-learn's ``confusion_matrix`` with ``labels=range(num_classes)``,
+    from one ``torch.bincount``."""
+    true = torch.from_numpy(np.asarray(y_true, dtype=np.int64))
+    pred = torch.from_numpy(np.asarray(y_pred, dtype=np.int64))
+    if true.shape != pred.shape:
+        raise ValueError(f"{true.numel()} labels against {pred.numel()} predictions")
+    for name, values in (("labels", true), ("predictions", pred)):
+        if values.numel() and not 0 <= int(values.min()) <= int(values.max()) < num_classes:
+            raise ValueError(f"{name} outside 0..{num_classes - 1}")
+    flat = torch.bincount(true * num_classes + pred, minlength=num_classes * num_classes)
+    return flat.reshape(num_classes, num_classes).numpy()
+
+
+def _divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator in float64, 0 where the denominator is 0: scikit-learn's
+    ``zero_division=0``."""
+    return np.divide(
+        numerator,
+        denominator,
+        out=np.zeros(len(numerator)),
+        where=denominator != 0,
+        dtype=np.float64,
+    )
+
+
 def evaluate(
     y_true: np.ndarray,
     y_pred: np.ndarray,
@@ -91,19 +150,16 @@ def evaluate(
     many_shot: int = 100,
     few_shot: int = 20,
 ) -> Evaluation:
-    from sklearn.metrics import (  # here: scikit-learn takes a second to import
-        accuracy_score,
-        balanced_accuracy_score,
-        classification_report,
-        confusion_matrix,
-        f1_score,
-        precision_recall_fscore_support,
-    )
-
-    labels = np.arange(len(class_names))
-    precision, recall, f1, support = precision_recall_fscore_support(
-        y_true, y_pred, labels=labels, zero_division=0
-    )
+    """The metrics of predictions ``y_pred`` of labels ``y_true`` (classes 0..len(class_names) -
+    1), equal to scikit-learn's: ``precision_recall_fscore_support`` and macro ``f1_score`` over
+    every class with ``zero_division=0`` (F1 as 2 tp / (support + predicted)), ``accuracy_score``,
+    and ``balanced_accuracy_score``, the mean recall over the classes present in ``y_true``. The
+    shot groups' accuracies are their tested classes' mean recall (NaN for a group without)."""
+    confusion = confusion_matrix(y_true, y_pred, len(class_names))
+    hits = np.diag(confusion)
+    support, predicted = confusion.sum(axis=1), confusion.sum(axis=0)
+    precision, recall = _divide(hits, predicted), _divide(hits, support)
+    f1 = _divide(2.0 * hits, (support + predicted).astype(np.float64))
     groups = shot_groups(np.asarray(train_counts), many_shot, few_shot)
     tested = support > 0
     group_acc = {
@@ -111,9 +167,9 @@ def evaluate(
         for g, mask in groups.items()
     }
     return Evaluation(
-        accuracy=float(accuracy_score(y_true, y_pred)),
-        balanced_accuracy=float(balanced_accuracy_score(y_true, y_pred)),
-        macro_f1=float(f1_score(y_true, y_pred, labels=labels, average="macro", zero_division=0)),
+        accuracy=float(hits.sum() / confusion.sum()),
+        balanced_accuracy=float(np.mean(recall[tested])),
+        macro_f1=float(np.mean(f1)),
         many_accuracy=group_acc["many"],
         medium_accuracy=group_acc["medium"],
         few_accuracy=group_acc["few"],
@@ -121,10 +177,8 @@ def evaluate(
         recall=recall,
         f1=f1,
         support=support,
-        confusion=confusion_matrix(y_true, y_pred, labels=labels),
-        report=classification_report(
-            y_true, y_pred, labels=labels, target_names=class_names, zero_division=0, digits=4
-        ),
+        confusion=confusion,
+        class_names=list(class_names),
     )
 
 
