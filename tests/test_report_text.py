@@ -168,3 +168,59 @@ def test_a_verdict_names_its_block_once():
     lines = verdicts(analyse(group_runs(runs)))
     assert lines and all(line.count("/mlp/ce:") == 1 for line in lines), lines
     assert "digits_lt/mlp/ce: best by balanced accuracy: hybrid" in lines[0]
+
+
+def test_intervals_are_clipped_to_what_an_accuracy_can_be_and_ties_read_as_ties():
+    from experiments.stats import Interval, difference_cell, interval_cell
+
+    assert interval_cell(Interval(0.8150, 0.2329, 3, 0.09)) == "0.8150 [0.5821, 1.0000]"
+    assert interval_cell(Interval(0.0300, 0.0500, 3, 0.02)) == "0.0300 [0.0000, 0.0800]"
+    assert interval_cell(Interval(0.5000, 0.0329, 3, 0.01)) == "0.5000 ± 0.0329"
+    assert interval_cell(Interval(0.1000, 0.0, 3, 0.0)) == "0.1000 (every seed)"
+    assert difference_cell(0.0, 0.0, 0.0) == "tie: +0.0 on every seed"
+    assert difference_cell(-0.4, -0.4, -0.4, " points") == "-40.0 points on every seed"
+    assert difference_cell(0.9, 0.5, 1.3) == "+90.0 [+50.0, +100.0]"
+
+
+def test_a_tie_on_every_seed_is_said_to_be_one():
+    from experiments.report import build_report, markdown
+
+    same = [
+        _in_memory(s, seed, v) for s in ("uniform", "hybrid") for seed, v in enumerate((0.5, 0.6))
+    ]
+    md = markdown(build_report(same, "t", plots=False))
+    assert "hybrid and uniform tie on balanced accuracy" in md or "uniform and hybrid tie" in md
+    assert "± 0.0000" not in md and "tie: +0.0 on every seed" in md
+
+
+def test_the_metrics_plot_stays_inside_0_and_1():
+    from experiments.report.plots import metrics_with_intervals
+    from experiments.stats import Interval
+
+    figure = metrics_with_intervals(
+        {"a": {"m": Interval(0.8150, 0.2329, 3, 0.09)}, "b": {"m": Interval(0.98, 0.05, 3, 0.02)}},
+        {"m": "metric"},
+    )
+    low, high = figure.axes[0].get_xlim()
+    assert low >= 0 and high <= 1
+    bars = [c.get_segments() for c in figure.axes[0].collections]  # the error bars' lines
+    assert max(x for segments in bars for segment in segments for x, _ in segment) == 1
+
+
+def test_a_race_parents_report_calls_its_test_set_table_a_confirmation():
+    from experiments.report import build_report, console_text, markdown
+    from experiments.report.wording import CONFIRMATION, race_tags
+    from experiments.store import Run
+
+    tags = {"advice/advised": "hybrid", "advice/objective": "val/balanced_accuracy", "x": "y"}
+    race = race_tags(tags)
+    assert race == {"advice/advised": "hybrid", "advice/objective": "val/balanced_accuracy"}
+    report = build_report(_two_samplers(), "t", plots=False, race=race)
+    md = markdown(report)
+    assert "## The race's answer" in md and f"## {CONFIRMATION}" in md and "## Answer" not in md
+    assert "advised: hybrid" in md and "val/balanced_accuracy (the validation split)" in md
+    assert "not a second verdict" in md
+    parent = Run("p", "1", "sweep", "FINISHED", 0, tags, {})
+    assert "they are not a second verdict" in console_text(report, parent, "sqlite:///x.db")
+    plain = markdown(build_report(_two_samplers(), "t", plots=False))
+    assert "## Answer" in plain and CONFIRMATION not in plain

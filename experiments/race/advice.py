@@ -7,12 +7,18 @@ points: no candidate is more than that better than the advised one, at confidenc
 ``advice/runs_used``, ``advice/epochs`` (the epochs of training behind the values the race
 used), ``advice/rounds``, ``advice/seeds``.
 
+Before it names a candidate the answer asks whether any learned at all
+(:mod:`experiments.race.chance`): when none is shown to beat chance by more than ``delta``, the
+sentence and ``advice.md`` say "no candidate learned: check the data or the backbone" and why,
+the tags ``advice/advised`` and ``advice/winner`` say ``(none: no candidate learned)``, tag
+``advice/learned`` is ``false`` (``true``; ``unchecked`` when the objective has no known chance
+level) and no model is logged.
+
+The words are :mod:`experiments.race.sentence`'s; intervals in the tables are clipped to what
+the objective can be ([0, 1]).
+
 Then, once, the test set: the survivors' ``final/`` metrics from their child runs beside their
 validation figures. The race never reads them; they confirm, they select nothing.
-
-Differences are to the round's leader in points (100 x the objective), with the race's interval:
-difference +- d * SE at that round's level (:mod:`experiments.race.rule`), which lies below 0
-exactly when the candidate was eliminated.
 """
 
 from __future__ import annotations
@@ -25,79 +31,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from experiments.race.chance import Chance, Learning, chance_level, learning
 from experiments.race.chart import chart
-from experiments.race.race import MAX_RUNS, MAX_SEEDS, Race
-from experiments.stats import Interval, t_interval
+from experiments.race.race import Race
+from experiments.race.sentence import (
+    NO_WINNER,
+    agreeing,
+    diff_text,
+    eliminated_order,
+    no_winner,
+    sentence,
+)
+from experiments.race.sentence import interval as interval  # re-exported: the race's intervals
+from experiments.stats import Interval, interval_cell, t_interval
 
 CONFIRM = ("accuracy", "macro_f1", "few_accuracy")  # test metrics shown beside the objective's
-
-
-def points(value: float) -> str:
-    return f"{100 * value:+.1f}"
-
-
-def interval(race: Race, candidate: str) -> tuple[float, float, float]:
-    """(difference, low, high) to the leader at the look that decided about ``candidate``."""
-    look = race.round_of(candidate)
-    diff = look.difference[candidate]
-    return diff, diff - look.margin, diff + look.margin
-
-
-def _diff_text(race: Race, candidate: str) -> str:
-    diff, low, high = interval(race, candidate)
-    return f"{points(diff)} points [{points(low)}, {points(high)}]"
-
-
-def eliminated_order(race: Race) -> list[str]:
-    """Eliminated candidates by round; within a round the failed first, then the furthest
-    behind."""
-    return sorted(
-        race.eliminated_in,
-        key=lambda c: (race.eliminated_in[c], race.round_of(c).difference.get(c, -math.inf), c),
-    )
-
-
-def _out_text(race: Race, candidate: str) -> str:
-    """Why ``candidate`` is out: "out in round 1: diverged at epoch 2 on seeds 0, 1, 2", or
-    "out in round 1 (-14.9 points [-18.0, -11.8])"."""
-    failure = race.failure(candidate)
-    where = f"out in round {race.eliminated_in[candidate]}"
-    return f"{where}: {failure}" if failure else f"{where} ({_diff_text(race, candidate)})"
-
-
-def guarantee(race: Race) -> str:
-    """The certificate in words: "no candidate is more than 1.2 points better (95%), within
-    delta=2 points" (or "not within delta=2 points: max_seeds reached")."""
-    confidence = f"{100 * (1 - race.alpha):g}%"
-    head = f"no candidate is more than {100 * race.certificate:.1f} points better ({confidence})"
-    if race.certificate <= race.settings.tolerance:
-        return f"{head}, within delta={race.delta:g} points"
-    why = {MAX_RUNS: "max_runs", MAX_SEEDS: "max_seeds"}.get(race.stop_reason or "", "the budget")
-    return f"{head}: not within delta={race.delta:g} points ({why} reached)"
-
-
-def sentence(race: Race, objective: str) -> str:
-    """The answer in one sentence, e.g. "use weighted: no candidate is more than 1.2 points
-    better (95%), within delta=2 points; weighted leads on val/balanced_accuracy after 5 rounds
-    (31 runs, 7 seeds); uniform out in round 1 (-14.9 points [-18.0, -11.8]); hybrid not
-    separable from weighted (-0.2 points [-1.0, +0.6])"."""
-    survivors, advised = race.survivors, race.advised
-    leader = survivors[0]
-    rounds = len(race.rounds)
-    spent = f"after {rounds} round{'s' * (rounds != 1)} ({race.runs} runs, {race.seeds_used} seeds)"
-    if len(survivors) == 1:
-        how = f"best on {objective} {spent}"
-    else:
-        how = f"{leader} leads on {objective} {spent}"
-        if advised != leader:
-            behind = race.rounds[-1].difference[advised]
-            how += f"; {advised} is {-100 * behind:.1f} points behind it and preferred"
-    parts = [f"use {advised}: {guarantee(race)}; {how}"]
-    for candidate in eliminated_order(race):
-        parts.append(f"{candidate} {_out_text(race, candidate)}")
-    for candidate in survivors[1:]:
-        parts.append(f"{candidate} not separable from {leader} ({_diff_text(race, candidate)})")
-    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -134,16 +82,14 @@ def confirm(
     return out
 
 
-def _cell(i: Interval | None) -> str:
-    if i is None:
-        return "—"
-    return f"{i.mean:.4f}" if math.isnan(i.half_width) else f"{i.mean:.4f} ± {i.half_width:.4f}"
-
-
 def tables(
-    race: Race, objective: str, confirmed: Sequence[Confirmation]
+    race: Race,
+    objective: str,
+    confirmed: Sequence[Confirmation],
+    learned: Learning | None = None,
 ) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, header, rows) of the rounds, the candidates and the test-set confirmation."""
+    """(title, header, rows) of the rounds, the candidates, the test against chance (when
+    ``learned`` ran) and the test-set confirmation."""
     rounds = [
         [
             str(r.number),
@@ -154,12 +100,12 @@ def tables(
             f"{r.means[r.leader]:.4f}",
             ", ".join(
                 [f"{c} (failed: {why})" for c, why in r.failed.items()]
-                + [f"{c} ({_diff_text(race, c)})" for c in r.eliminated]
+                + [f"{c} ({diff_text(race, c)})" for c in r.eliminated]
             )
             or "—",
             str(len(r.candidates) - len(r.eliminated)),
             r.advised,
-            f"{100 * r.certificate:.1f}",
+            agreeing(100 * r.certificate, race.delta, r.certificate <= race.settings.tolerance),
             str(r.runs),
         ]
         for r in race.rounds
@@ -176,6 +122,8 @@ def tables(
         if c in race.eliminated_in:
             failure = race.failure(c)  # an interval has its own column
             verdict = f"out in round {race.eliminated_in[c]}" + (f": {failure}" if failure else "")
+        elif no_winner(learned):
+            verdict = "leader, not advised: no candidate learned" if c == best else "survivor"
         elif c == best:
             verdict = "winner" if len(race.survivors) == 1 else "leader (survivor)"
             verdict += ", advised" if c == race.advised else ""
@@ -186,26 +134,28 @@ def tables(
         if c not in look.means:  # out failing: no mean, nothing to compare
             candidates.append([c, runs, "—", "—", verdict])
             continue
-        vs = "—" if c == look.leader else _diff_text(race, c)
+        vs = "—" if c == look.leader else diff_text(race, c)
         candidates.append([c, runs, f"{look.means[c]:.4f}", vs, verdict])
     metric_names = list(confirmed[0].test) if confirmed else []
     confirmation = [
         [
             c.candidate,
             str(c.seeds),
-            _cell(c.validation),
-            *(_cell(c.test.get(m)) for m in metric_names),
+            interval_cell(c.validation),
+            *(interval_cell(c.test.get(m)) for m in metric_names),
         ]
         for c in confirmed
     ]
+    against = [] if learned is None else _against_chance(learned)
     return [
+        *against,
         (
             "Rounds",
             [
                 "round",
                 "seeds",
                 "level",
-                "d",
+                "t",
                 "leader",
                 "leader's mean",
                 "eliminated (vs leader)",
@@ -229,27 +179,64 @@ def tables(
     ]
 
 
+def _against_chance(learned: Learning) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The test against chance as a table (none when it did not run)."""
+    if learned.learned is None or learned.chance.level is None:
+        return []
+    above = learned.chance.level + learned.delta / 100
+    rows = [
+        [
+            c,
+            f"{learned.means[c]:.4f}",
+            f"{bound:.4f}",
+            "yes" if bound > above else "no",
+        ]
+        for c, bound in sorted(learned.bounds.items(), key=lambda cb: -learned.means[cb[0]])
+    ]
+    title = (
+        f"Against chance ({learned.chance.level:.4f}, {learned.chance.source}; "
+        f"one-sided {100 * learned.confidence:g}% over {len(rows)} candidates)"
+    )
+    header = ["candidate", "mean", "lower bound", f"above chance + delta ({above:.4f})?"]
+    return [(title, header, rows)]
+
+
 def rule_text(race: Race) -> str:
     levels = ", ".join(f"{a:.4f}" for a in race.levels)
     return (
-        f"After each round a candidate is out when the leader's mean exceeds its own by more than "
-        f"d x SE: SE from the residual variance of the candidates x seeds table (seed effects "
-        f"removed), d the one-sided Dunnett critical value for comparisons with the best (Hsu's "
-        f"MCB) at the round's level. alpha={race.alpha} is spent across the {len(race.levels)} "
+        f"After each round a candidate k is out when the leader L's mean exceeds its own by "
+        f"more than t x SE_Lk: SE_Lk the standard error of the pair's per-seed differences, "
+        f"t the one-sided Student t quantile at the round's level over the m - 1 comparisons "
+        f"with the leader (Hsu's multiple comparisons with the best, Bonferroni over them). "
+        f"alpha={race.alpha} is spent across the {len(race.levels)} "
         f"rounds the race could have (min_seeds={race.min_seeds}, max_seeds={race.max_seeds}, "
         f"max_runs={race.max_runs}), round r getting alpha (1/r) / H_R: {levels}. "
         f"The certificate of the advised candidate a (the leader, or the first of "
-        f"prefer={list(race.prefer)} within delta of it) is max(0, max_j mean_j - mean_a + "
-        f"d x SE) over the survivors: with probability at least {1 - race.alpha:g} over the whole "
-        f"race no candidate is better than a by more than that (Hsu's MCB bound, simultaneous "
-        f"over a). The race stops once it is within delta={race.delta:g} points. "
+        f"prefer={list(race.prefer)} within delta of it) is max(0, max_j (mean_j - mean_a + "
+        f"t x SE_ja)) over the survivors: with probability at least {1 - race.alpha:g} over the "
+        f"whole race no candidate is better than a by more than that (simultaneous over a). "
+        f"The race stops once it is within delta={race.delta:g} points. "
         f"The race stopped: {race.stop_reason}."
     )
 
 
-def markdown(race: Race, objective: str, confirmed: Sequence[Confirmation]) -> str:
-    out = [f"# The race's answer on {objective}\n", sentence(race, objective) + ".\n"]
-    for title, header, rows in tables(race, objective, confirmed):
+def _chance_note(learned: Learning | None) -> str:
+    """What the answer says about chance when it could not test against it ("" when it did)."""
+    if learned is None or learned.learned is not None:
+        return ""
+    return f"Not tested against chance: {learned.chance.source}."
+
+
+def markdown(
+    race: Race,
+    objective: str,
+    confirmed: Sequence[Confirmation],
+    learned: Learning | None = None,
+) -> str:
+    out = [f"# The race's answer on {objective}\n", sentence(race, objective, learned) + ".\n"]
+    if note := _chance_note(learned):
+        out.append(note + "\n")
+    for title, header, rows in tables(race, objective, confirmed, learned):
         out.append(f"## {title}\n")
         out.append("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
         out.extend("| " + " | ".join(row) + " |" for row in rows)
@@ -264,15 +251,23 @@ def markdown(race: Race, objective: str, confirmed: Sequence[Confirmation]) -> s
     return "\n".join(out)
 
 
-def to_html(race: Race, objective: str, confirmed: Sequence[Confirmation], png: bytes) -> str:
+def to_html(
+    race: Race,
+    objective: str,
+    confirmed: Sequence[Confirmation],
+    png: bytes,
+    learned: Learning | None = None,
+) -> str:
     e = html.escape
     body = [
         f"<h1>The race's answer on {e(objective)}</h1>",
-        f"<p><b>{e(sentence(race, objective))}.</b></p>",
+        f"<p><b>{e(sentence(race, objective, learned))}.</b></p>",
     ]
+    if note := _chance_note(learned):
+        body.append(f"<p>{e(note)}</p>")
     data = base64.b64encode(png).decode()
     body.append(f'<figure><img alt="the race" src="data:image/png;base64,{data}"></figure>')
-    for title, header, rows in tables(race, objective, confirmed):
+    for title, header, rows in tables(race, objective, confirmed, learned):
         body.append(
             f"<h2>{e(title)}</h2><table><tr>"
             + "".join(f"<th>{e(h)}</th>" for h in header)
@@ -293,19 +288,35 @@ def to_html(race: Race, objective: str, confirmed: Sequence[Confirmation], png: 
     )
 
 
-def finished_runs(uri: str, parent_run_id: str) -> dict[str, dict[str, float]]:
-    """The parent's FINISHED children: config key -> metrics (the newest run per key)."""
+def finished_children(uri: str, parent_run_id: str) -> dict[str, Any]:
+    """The parent's FINISHED children: config key -> MLflow run (the newest run per key)."""
     from mlflow.tracking import MlflowClient
 
     from runner.tracking.runs import child_runs
 
     client = MlflowClient(tracking_uri=uri)
     parent = client.get_run(parent_run_id)
-    found: dict[str, dict[str, float]] = {}
+    found: dict[str, Any] = {}
     for run in child_runs(client, parent.info.experiment_id, parent_run_id):  # newest first
         key = run.data.tags.get("config_key")
         if run.info.status == "FINISHED" and key and key not in found:
-            found[key] = dict(run.data.metrics)
+            found[key] = run
+    return found
+
+
+def finished_runs(uri: str, parent_run_id: str) -> dict[str, dict[str, float]]:
+    """The parent's FINISHED children: config key -> metrics (the newest run per key)."""
+    return {k: dict(r.data.metrics) for k, r in finished_children(uri, parent_run_id).items()}
+
+
+def chance_of(objective: str, children: Mapping[str, Any]) -> Chance:
+    """Chance for ``objective`` from the race's children (config key -> MLflow run): the first
+    whose metrics and params give one (the candidates share their data)."""
+    found = Chance(None, "no finished child run to read the classes from")
+    for run in children.values():
+        found = chance_level(objective, run.data.metrics, run.data.params)
+        if found.level is not None:
+            break
     return found
 
 
@@ -315,25 +326,30 @@ def publish(
     keys: Mapping[tuple[str, int], str],
     where: tuple[str, str] | None,
     epochs: int,
-) -> str:
+) -> tuple[str, str | None]:
     """Write the answer onto the parent run ``where`` = (uri, run id) when there is one; returns
-    the console text: the sentence and the test-set confirmation. ``epochs``: the epochs of
-    training behind the race's values (:func:`experiments.race.driver.epochs_trained`)."""
-    confirmed = confirm(race, objective, keys, finished_runs(*where) if where else {})
-    text = [f"samplerlab race: {sentence(race, objective)}."]
+    the console text (the sentence and the test-set confirmation) and the advised candidate
+    (None when no candidate learned). ``epochs``: the epochs of training behind the race's
+    values (:func:`experiments.race.driver.epochs_trained`)."""
+    children = finished_children(*where) if where else {}
+    runs = {k: dict(r.data.metrics) for k, r in children.items()}
+    confirmed = confirm(race, objective, keys, runs)
+    learned = learning(race, chance_of(objective, children))
+    advised = None if no_winner(learned) else race.advised
+    text = [f"samplerlab race: {sentence(race, objective, learned)}."]
     metric = f"final/{objective.partition('/')[2]}"
     seen = [c for c in confirmed if metric in c.test]
     if seen:
         text.append(
             "  the test set, once (a confirmation; it selected nothing): "
             + "; ".join(
-                f"{c.candidate} {metric} {_cell(c.test[metric])} (validation {_cell(c.validation)})"
+                f"{c.candidate} {metric} {interval_cell(c.test[metric])} (validation {interval_cell(c.validation)})"
                 for c in seen
             )
         )
     if where is None:
         text.append("  (no sweep parent run: nothing logged)")
-        return "\n".join(text)
+        return "\n".join(text), advised
     uri, parent = where
     from mlflow.tracking import MlflowClient
 
@@ -341,8 +357,8 @@ def publish(
 
     png = chart(race, objective)
     files: dict[str, Any] = {
-        "advice.md": markdown(race, objective, confirmed),
-        "advice.html": to_html(race, objective, confirmed, png),
+        "advice.md": markdown(race, objective, confirmed, learned),
+        "advice.html": to_html(race, objective, confirmed, png, learned),
         "race_chart.png": png,
         "race.json": json.dumps({"objective": objective, **race.to_dict()}, indent=1) + "\n",
     }
@@ -356,12 +372,14 @@ def publish(
     log_to_run(uri, parent, metrics, files)
     client = MlflowClient(tracking_uri=uri)
     eliminated = eliminated_order(race)
-    client.set_tag(parent, "advice/advised", race.advised)
-    client.set_tag(parent, "advice/winner", ",".join(race.survivors))
+    client.set_tag(parent, "advice/advised", advised or NO_WINNER)
+    client.set_tag(parent, "advice/winner", ",".join(race.survivors) if advised else NO_WINNER)
+    said = {True: "true", False: "false", None: "unchecked"}[learned.learned]
+    client.set_tag(parent, "advice/learned", said)
     client.set_tag(parent, "advice/eliminated", ",".join(eliminated) or "(none)")
     client.set_tag(parent, "advice/objective", objective)
     client.set_tag(parent, "advice/stop", race.stop_reason or "")
     text.append(
         f"  the answer is on the parent run {parent}: advice.md, advice.html (tags advice/*)"
     )
-    return "\n".join(text)
+    return "\n".join(text), advised

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import io
-import math
-
-from scipy.stats import t as student_t
 
 from experiments.race.race import Race
+from experiments.stats import Interval, clipped, t_interval
 
 
 def chart(race: Race, objective: str) -> bytes:
-    """PNG: each candidate's mean per round with its 95% interval (pooled residual variance),
-    and its difference to the leader with the race interval; eliminations marked."""
+    """PNG: each candidate's mean per round with its 95% Student-t interval over the round's
+    seeds, clipped to [0, 1], and its difference to the leader with the race interval (its own
+    pair's, :mod:`experiments.race.rule`); eliminations marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -25,11 +24,12 @@ def chart(race: Race, objective: str) -> bytes:
             continue
         x = [r.number + (k - len(race.candidates) / 2) * 0.03 for r in seen]
         means = [r.means[c] for r in seen]
-        # One mean's interval from the pooled residual SD s (se = s * sqrt(2 / n)).
-        half = [student_t.ppf(0.975, r.df) * r.se / math.sqrt(2) for r in seen]
+        ends = [clipped(i.low, i.high) for i in (_interval(race, c, r.seeds) for r in seen)]
+        below = [m - low for m, (low, _) in zip(means, ends, strict=True)]
+        above = [high - m for m, (_, high) in zip(means, ends, strict=True)]
         diffs = [100 * r.difference[c] for r in seen]
-        margins = [0.0 if c == r.leader else 100 * r.margin for r in seen]
-        line = left.errorbar(x, means, yerr=half, marker="o", capsize=3, label=c)
+        margins = [100 * r.margin[c] for r in seen]
+        line = left.errorbar(x, means, yerr=[below, above], marker="o", capsize=3, label=c)
         right.errorbar(x, diffs, yerr=margins, marker="o", capsize=3, color=line[0].get_color())
         if c in race.eliminated_in:
             last = seen[-1]
@@ -42,6 +42,7 @@ def chart(race: Race, objective: str) -> bytes:
         ylabel="difference to the leader (points)",
         title="vs the leader, race interval (x: eliminated)",
     )
+    left.set_ylim(*clipped(*left.get_ylim()))  # an objective in [0, 1] drawn inside it
     for axis in (left, right):
         axis.set_xticks([r.number for r in race.rounds])
         axis.grid(alpha=0.3)
@@ -51,3 +52,8 @@ def chart(race: Race, objective: str) -> bytes:
     figure.savefig(buffer, format="png", dpi=110)
     plt.close(figure)
     return buffer.getvalue()
+
+
+def _interval(race: Race, candidate: str, seeds: tuple[int, ...]) -> Interval:
+    """The candidate's mean over ``seeds`` with its 95% Student-t interval."""
+    return t_interval([race.values[candidate][s] for s in seeds])

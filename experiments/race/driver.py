@@ -33,6 +33,7 @@ from hydra.core.override_parser.types import Override
 from hydra.core.utils import JobReturn
 
 from experiments.race.race import Race, Round
+from experiments.race.sentence import look_text
 from experiments.race.settings import RaceSettings
 from runner.errors import UserError, explain, is_user_error
 
@@ -146,11 +147,7 @@ def describe(round_: Round, race: Race) -> str:
     """One console line per round."""
     out = ", ".join(
         [f"{c} ({why})" for c, why in round_.failed.items()]
-        + [
-            f"{c} ({100 * round_.difference[c]:+.1f} points [{100 * (round_.difference[c] - round_.margin):+.1f}, "
-            f"{100 * (round_.difference[c] + round_.margin):+.1f}])"
-            for c in round_.eliminated
-        ]
+        + [f"{c} ({look_text(round_, c)})" for c in round_.eliminated]
     )
     return (
         f"samplerlab race: round {round_.number} ({len(round_.seeds)} seeds, level "

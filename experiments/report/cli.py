@@ -28,6 +28,7 @@ from experiments.report.analysis import BASELINE, METHOD_BASELINE
 from experiments.report.document import build_report
 from experiments.report.publishing import rebuild, summary_metrics, sweep_title
 from experiments.report.render import markdown, report_files
+from experiments.report.wording import race_tags
 from experiments.store import (
     Run,
     StoreError,
@@ -88,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as err:
         print(f"experiments.report: {err}", file=sys.stderr)
         return 2
-    report = build_report(runs, title, args.baseline)
+    race = race_tags(parent.tags) if parent is not None else {}
+    report = build_report(runs, title, args.baseline, race=race)
     known = sorted({s.sampler for s in report.strategies})
     if args.baseline and known and args.baseline not in known:
         print(

@@ -33,7 +33,14 @@ from experiments.report.plots import (
     recall_by_strategy,
     shares_by_strategy,
 )
-from experiments.report.wording import cell, diff_cell, group_cell, verdicts
+from experiments.report.wording import (
+    CONFIRMATION,
+    diff_cell,
+    group_cell,
+    race_note,
+    verdicts,
+)
+from experiments.stats import interval_cell
 from experiments.store import Run
 
 # One piece of content, its kind first: ("h1" | "h2" | "p", text), ("ul", [items]),
@@ -51,6 +58,7 @@ class Report:
     left_out: list[Run]  # failed, killed or unfinished
     blocks: list[Block] = field(default_factory=list)
     images: dict[str, bytes] = field(default_factory=dict)  # report_plots/<name>.png -> PNG
+    race: dict[str, str] = field(default_factory=dict)  # a race's answer (its advice/* tags)
 
     @property
     def runs(self) -> int:
@@ -69,7 +77,7 @@ def metrics_table(
     header += [f"Δ {METRICS[m]} vs {base} (points)" for m in COMPARED]
     rows = []
     for s in strategies:
-        row = [s.label, str(len(s.runs)), *(cell(s.intervals.get(m)) for m in shown)]
+        row = [s.label, str(len(s.runs)), *(interval_cell(s.intervals.get(m)) for m in shown)]
         row += [
             "baseline" if s is s.baseline else diff_cell(s.vs_baseline.get(m)) for m in COMPARED
         ]
@@ -78,22 +86,33 @@ def metrics_table(
 
 
 def build_report(
-    runs: Sequence[Run], title: str, baseline: str | None = None, plots: bool = True
+    runs: Sequence[Run],
+    title: str,
+    baseline: str | None = None,
+    plots: bool = True,
+    race: dict[str, str] | None = None,
 ) -> Report:
     """The report of ``runs``, any status: the finished training runs are compared, the others
     left out and named in the notes. ``baseline`` as for :func:`analyse`; ``plots=False`` leaves
-    the figures out (a table without matplotlib's time)."""
+    the figures out (a table without matplotlib's time). ``race``: the ``advice/*`` tags of a
+    race's parent run (:func:`experiments.report.wording.race_tags`): the answer is the race's,
+    and the report's test-set comparisons are titled and worded as its confirmation."""
     finished = [r for r in runs if r.status == "FINISHED" and "sampler" in r.tags]
     left_out = [r for r in runs if r not in finished]
     strategies = analyse(group_runs(finished), baseline)
-    report = Report(title, strategies, left_out)
+    report = Report(title, strategies, left_out, race=dict(race or {}))
     add = report.blocks.append
     add(("h1", title))
     if not strategies:
         add(("p", "No finished runs: nothing to compare."))
         _notes(report)
         return report
-    add(("h2", "Answer"))
+    if report.race:
+        add(("h2", "The race's answer"))
+        add(("p", race_note(report.race)))
+        add(("h2", CONFIRMATION))
+    else:
+        add(("h2", "Answer"))
     add(("ul", verdicts(strategies)))
     add(("h2", "Final test metrics per strategy"))
     header, rows = metrics_table(strategies)

@@ -11,9 +11,23 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from experiments.stats import Interval  # noqa: E402
+from experiments.stats import Interval, clipped  # noqa: E402
+
+
+def bar_ends(interval: Interval) -> tuple[float, float]:
+    """An error bar's ends: the interval clipped to [0, 1] (the mean alone from one seed)."""
+    if math.isnan(interval.half_width):
+        return interval.mean, interval.mean
+    return clipped(interval.low, interval.high)
+
+
+def axis_range(limits: tuple[float, float]) -> tuple[float, float]:
+    """An axis of values in [0, 1] (accuracies) kept inside [0, 1]: matplotlib's margins would
+    otherwise run past 1 and suggest values there."""
+    return clipped(*limits)
 
 
 def png(figure: Figure) -> bytes:
@@ -24,13 +38,13 @@ def png(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _class_ticks(ax: plt.Axes, classes: Sequence[str]) -> None:
+def _class_ticks(ax: Axes, classes: Sequence[str]) -> None:
     x = np.arange(len(classes))
     show = len(classes) <= 30
     ax.set_xticks(x if show else [], list(classes) if show else [], rotation=90 if show else 0)
 
 
-def _group_edges(ax: plt.Axes, groups: Sequence[str] | None) -> None:
+def _group_edges(ax: Axes, groups: Sequence[str] | None) -> None:
     """Dashed lines between the many / medium / few classes, labelled at the top."""
     if not groups:
         return
@@ -98,7 +112,8 @@ def shares_by_strategy(
 def metrics_with_intervals(
     intervals: Mapping[str, Mapping[str, Interval | None]], titles: Mapping[str, str]
 ) -> Figure:
-    """One panel per metric: each strategy's mean with its 95% interval over seeds."""
+    """One panel per metric: each strategy's mean with its 95% interval over seeds, clipped to
+    [0, 1], on an axis inside [0, 1]."""
     metrics = list(titles)
     labels = list(intervals)
     fig, axes = plt.subplots(
@@ -110,8 +125,16 @@ def metrics_with_intervals(
             interval = intervals[label].get(metric)
             if interval is None:
                 continue
-            error = 0 if math.isnan(interval.half_width) else interval.half_width
-            ax.errorbar(interval.mean, yi, xerr=error, fmt="o", color="tab:blue", capsize=3)
+            low, high = bar_ends(interval)
+            ax.errorbar(
+                interval.mean,
+                yi,
+                xerr=[[interval.mean - low], [high - interval.mean]],
+                fmt="o",
+                color="tab:blue",
+                capsize=3,
+            )
+        ax.set_xlim(*axis_range(ax.get_xlim()))
         ax.set_title(titles[metric], fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         ax.tick_params(axis="x", labelsize=8)

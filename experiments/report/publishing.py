@@ -10,7 +10,7 @@ from typing import NamedTuple
 from experiments.report.analysis import RANKED_BY
 from experiments.report.document import Report, build_report, metrics_table
 from experiments.report.render import markdown_table, report_files
-from experiments.report.wording import verdicts
+from experiments.report.wording import race_tags, verdicts
 from experiments.store import Run, StoreError, child_runs, get_run, open_store
 
 # The console's table: the ranked metric and the few-shot one (with every paired difference).
@@ -80,7 +80,7 @@ def publish(uri: str | None, parent_run_id: str, baseline: str | None = None) ->
         runs = child_runs(client, parent)
     except StoreError as err:
         return f"samplerlab report: {err}"
-    report = build_report(runs, sweep_title(parent), baseline)
+    report = build_report(runs, sweep_title(parent), baseline, race=race_tags(parent.tags))
     if not report.strategies:
         failed = f" ({len(report.left_out)} did not finish)" if report.left_out else ""
         return (
@@ -108,6 +108,15 @@ def console_text(report: Report, parent: Run, uri: str) -> str:
         f"{len(report.strategies)} strategies, {report.runs} runs",
         markdown_table(header, rows),
         "(mean ± 95% CI half-width over seeds; Δ: paired difference in points [95% CI])",
+        *(
+            [
+                f"  a race (advised: {report.race.get('advice/advised', '?')}, on validation, "
+                "corrected for multiplicity): the test-set comparisons below confirm it, "
+                "uncorrected; they are not a second verdict"
+            ]
+            if report.race
+            else []
+        ),
         *(f"  {line}" for line in said[:8]),
         *([f"  ... {len(said) - 8} more comparisons in the report"] if len(said) > 8 else []),
         f"Report on the parent run (artifacts report.html, report.md, report_plots/; metrics "

@@ -4,25 +4,47 @@ what the seeds can tell apart. Differences are spoken in percentage points."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from experiments.report.analysis import COMPARED, RANKED_BY, Strategy, mean
-from experiments.stats import Interval, Paired, paired_difference
+from experiments.stats import (
+    Interval,
+    Paired,
+    clipped,
+    difference_cell,
+    paired_difference,
+    points,
+)
 
 SPOKEN = {"balanced_accuracy": "balanced accuracy", "few_accuracy": "few-shot accuracy"}
+RACE_TAGS = "advice/"  # a race's answer on its parent run (experiments.race.advice)
+CONFIRMATION = "The test set: a confirmation, not a second verdict"
 
 
-def points(value: float) -> str:
-    return f"{100 * value:+.1f}"
+def race_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """The race's answer among a parent run's tags (empty when the sweep was no race)."""
+    return {k: v for k, v in tags.items() if k.startswith(RACE_TAGS)}
+
+
+def race_note(race: Mapping[str, str]) -> str:
+    """What a race's parent report says before its test-set comparisons: the race compared on
+    validation, corrected for its multiplicity; these compare on the test set, uncorrected."""
+    objective = race.get("advice/objective", "its validation objective")
+    advised = race.get("advice/advised", "?")
+    return (
+        f"This sweep was a race: its answer, advised: {advised}, is in advice.md on this run. "
+        f"The race compared the candidates on {objective} (the validation split), corrected for "
+        "its multiplicity (alpha spent over its rounds and over the comparisons with the "
+        "leader). The comparisons below are on the test set, each on its own with no correction, "
+        "some on fewer seeds (candidates the race took out early): a confirmation, not a second "
+        "verdict. A test-set difference the race did not find, or one it found and these do not "
+        "show, does not overturn its answer."
+    )
 
 
 def interval_text(i: Interval) -> str:
-    return f"95% CI [{points(i.low)}, {points(i.high)}]"
-
-
-def cell(i: Interval | None) -> str:
-    if i is None:
-        return "—"
-    return f"{i.mean:.4f}" if math.isnan(i.half_width) else f"{i.mean:.4f} ± {i.half_width:.4f}"
+    low, high = clipped(i.low, i.high, (-1.0, 1.0))
+    return f"95% CI [{points(low)}, {points(high)}]"
 
 
 def diff_cell(p: Paired | None) -> str:
@@ -31,7 +53,7 @@ def diff_cell(p: Paired | None) -> str:
     d = p.difference
     if math.isnan(d.half_width):
         return f"{points(d.mean)} (1 seed)"
-    return f"{points(d.mean)} [{points(d.low)}, {points(d.high)}]"
+    return difference_cell(d.mean, d.low, d.high)
 
 
 def group_cell(classes: list[str], tests: int) -> str:
@@ -51,6 +73,11 @@ def compare(a: str, b: str, what: str, p: Paired | None) -> str:
     d, n = p.difference, len(p.seeds)
     if n < 2:
         return f"{a} vs {b} on {what}: {points(d.mean)} points from 1 paired seed: no interval"
+    if d.half_width == 0:  # the same difference on every seed: no spread to speak of
+        if d.mean == 0:
+            return f"{a} and {b} tie on {what}: the same on each of {n} paired seeds"
+        sign = ">" if d.mean > 0 else "<"
+        return f"{a} {sign} {b} on {what}: {points(d.mean)} points on each of {n} paired seeds"
     if d.excludes_zero:
         sign = ">" if d.mean > 0 else "<"
         return f"{a} {sign} {b} on {what}: {points(d.mean)} points, {interval_text(d)} ({n} paired seeds)"

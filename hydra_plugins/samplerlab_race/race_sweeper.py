@@ -144,8 +144,9 @@ class RaceSweeper(Sweeper):
         objective = str(OmegaConf.select(self.config, "objective", default="objective"))
         where = driver.parent_of(self.hydra_context.callbacks)
         epochs = driver.epochs_trained(returns, advice.finished_runs(*where) if where else {})
-        print(advice.publish(race, objective, keys, where, epochs), flush=True)
-        if where is not None:
+        text, advised = advice.publish(race, objective, keys, where, epochs)
+        print(text, flush=True)
+        if where is not None and advised is not None:  # None: no candidate learned
             from experiments.race.advised_model import log_advised_model
 
             loader, config = self.hydra_context.config_loader, self.config
