@@ -177,7 +177,8 @@ PLUGINS = {"hydra/launcher=ray_cluster": ("hydra_plugins.hydra_ray_launcher", "t
 
 def runner_commands() -> list[tuple[str, list[str]]]:
     """(page:line, the command's words after ``-m runner``) for every runner command in a bash
-    block: ``python -m runner``, ``torchrun ... -m runner``, also behind ``/usr/bin/time``;
+    block: ``python -m runner``, ``torchrun ... -m runner``, ``samplerlab run``, also behind
+    ``/usr/bin/time``;
     continued lines are joined and ``<placeholders>`` become one word."""
     found = []
     for page in PAGES:
@@ -194,6 +195,9 @@ def runner_commands() -> list[tuple[str, list[str]]]:
                     launcher = words[i - 1].endswith(("python", "python3")) or "torchrun" in words
                     if words[i : i + 2] == ["-m", "runner"] and launcher:
                         found.append((f"{relative(page)}:{at}", words[i + 2 :]))
+                        break
+                    if words[i - 1 : i + 1] == ["samplerlab", "run"]:  # python -m runner's twin
+                        found.append((f"{relative(page)}:{at}", words[i + 1 :]))
                         break
     return found
 

@@ -153,17 +153,20 @@ def test_seed_orders_replay_the_race_with_its_seeds_shuffled_reproducibly():
 
 
 @pytest.mark.parametrize(
-    ("data", "expected"),
+    ("variables", "expected"),
     [
-        ("", "+experiment=advise_digits"),
-        ("/d/features.npz", "data=tensor_file data.path=/d/features.npz data.val_per_class=20"),
-        ("/d/images.pt", "data=tensor_file data.path=/d/images.pt"),
-        ("/d/folder", "data=torchvision data.dataset.root=/d/folder model=small_cnn"),
+        ([], "advise digits"),
+        (["DATA=/d/features.npz", "BUDGET=30"], "advise /d/features.npz --budget 30"),
+        (
+            ["DATA=/d/folder", "MODEL=timm:resnet18", "WEIGHTS=w.pt", "VAL=5", "SIZE=64"],
+            "advise /d/folder --model timm:resnet18 --weights w.pt --val 5 --size 64",
+        ),
     ],
 )
 @pytest.mark.slow
-def test_make_advise_races_your_data(data, expected):
-    """``make advise DATA=...``: the command it runs (printed by make -n, not run)."""
+def test_make_advise_calls_samplerlab_advise(variables, expected):
+    """``make advise ...``: the samplerlab command it runs (printed by make -n, not run); the
+    race that command builds is tested in tests/test_command.py."""
     if shutil.which("make") is None:
         pytest.skip("no make")
     root = Path(__file__).resolve().parents[1]
@@ -174,10 +177,9 @@ def test_make_advise_races_your_data(data, expected):
                 "--no-print-directory",  # also when a make (make test) runs this one
                 "-n",
                 "advise",
-                f"DATA={data}",
-                "BUDGET=30",
+                *variables,
                 "STAMP=/dev/null",
-                "PY=python",
+                "SAMPLERLAB=samplerlab",
             ],
             cwd=root,
             env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL")},
@@ -188,8 +190,7 @@ def test_make_advise_races_your_data(data, expected):
         .stdout.strip()
         .splitlines()[-1]
     )
-    assert printed.startswith("python -m runner -m hydra/sweeper=race ")
-    assert expected in printed and "hydra.sweeper.max_runs=30" in printed
+    assert printed == f"samplerlab {expected}"
 
 
 def test_the_sweeper_checks_a_composed_config_without_launching(tmp_path):

@@ -47,7 +47,7 @@ def runner_args(
     """The arguments of ``python -m runner`` with ``overrides``: ``-m`` first for a multirun,
     and ``tracking.uri=uri`` last when a store is given. A multirun keeps its shared prefixes
     in the test's working folder unless told otherwise: a sweep that fails keeps them (for
-    ``resume=``), and the default folder is the checkout's."""
+    ``resume=``), and the default folder is the user cache (each test's own SAMPLERLAB_CACHE)."""
     cache = multirun and not any(o.startswith("prefixes.cache_dir=") for o in overrides)
     return [
         "-m",
