@@ -1,4 +1,5 @@
-"""LWS and tau-normalisation (Kang et al. 2020): the decoupled classifiers beside cRT."""
+"""LWS and tau-normalisation (Kang et al. 2020), and post-hoc logit adjustment (Menon et al. 2021):
+the decoupled classifiers beside cRT."""
 
 from __future__ import annotations
 
@@ -207,22 +208,38 @@ def _features(model: torch.nn.Module, data: LongTailData, x: torch.Tensor) -> to
     return seen["x"]
 
 
+def _reference(method: str, classifier: torch.nn.Linear, prior: torch.Tensor):
+    """The reference's predictions of a trained linear classifier's inputs at a tau: Kang et
+    al.'s tau-normalised weights without the bias (their tau_norm.py), or Menon et al.'s logits
+    less log(prior^tau + 1e-12) (google-research logit_adjustment/main.py)."""
+    weight, bias = classifier.weight.detach().clone(), classifier.bias.detach().clone()
+
+    def predictions(features: torch.Tensor, tau: float) -> np.ndarray:
+        if method == "tau_norm":
+            logits = features @ (weight / weight.norm(dim=1, keepdim=True) ** tau).T
+        else:
+            logits = features @ weight.T + bias - torch.log(prior**tau + 1e-12).float()
+        return logits.argmax(1).numpy()
+
+    return predictions
+
+
 @pytest.mark.slow  # two runs of three digits epochs, in this process
-def test_tau_norm_chooses_tau_on_validation_and_reports_the_rescaled_classifier(tracking_uri):
+@pytest.mark.parametrize("method", ["tau_norm", "posthoc_la"])
+def test_a_post_hoc_stage_chooses_tau_on_validation_and_reports_the_changed_classifier(
+    method, tracking_uri
+):
     from runner.parts import build_parts
 
-    # The same training without tau-normalisation: the trained classifier, to rescale here.
+    # The same training without the post-hoc stage: the trained classifier, to change here.
     _, plain = _run(["+method=ce"], tracking_uri)
-    tau_run, tau_checkpoint = _run(["+method=tau_norm"], tracking_uri)
+    tuned_run, tuned_checkpoint = _run([f"+method={method}"], tracking_uri)
     parts = build_parts(compose_config(["+method=ce", *DIGITS]))
     model, data = parts.state.model, parts.data
     model.load_state_dict(plain["train"]["model"])
-    weight = model.classifier.weight.detach().clone()
+    counts = data.train_counts.double()
+    predictions = _reference(method, model.classifier, counts / counts.sum())
     val, test = _features(model, data, data.val_x), _features(model, data, data.test_x)
-
-    def predictions(features: torch.Tensor, tau: float) -> np.ndarray:
-        rescaled = weight / weight.norm(dim=1, keepdim=True) ** tau
-        return (features @ rescaled.T).argmax(1).numpy()  # no bias, as in the reference
 
     grid = np.linspace(0, 2, 21).round(1).tolist()  # the reference's sweep
     labels = data.val_y.numpy()
@@ -230,7 +247,8 @@ def test_tau_norm_chooses_tau_on_validation_and_reports_the_rescaled_classifier(
     curve = [balanced_accuracy_score(labels, row) for row in table]
     assert len(set(curve)) > 1  # the grid's choice is not a tie everywhere
     tau = grid[int(np.argmax(curve))]
-    metrics = tau_run.data.metrics
+    assert tau > 0  # the classifier changes: its checkpoint below is told from the plain one
+    metrics = tuned_run.data.metrics
     assert metrics["decoupled/tau"] == pytest.approx(tau)
     logged = [metrics[f"decoupled/val_balanced_accuracy/tau_{t:.2f}"] for t in grid]
     assert logged == pytest.approx(curve)
@@ -251,28 +269,28 @@ def test_tau_norm_chooses_tau_on_validation_and_reports_the_rescaled_classifier(
     )
     assert metrics["val/balanced_accuracy"] < max(curve)  # digits: the in-sample one flattered
 
-    # The last checkpoint holds the tau-normalised classifier; resumed from it, the run has
-    # nothing left to train and does not normalise again.
-    model.load_state_dict(tau_checkpoint["train"]["model"])
-    expected = weight / weight.norm(dim=1, keepdim=True) ** tau
-    assert torch.allclose(model.classifier.weight, expected, atol=1e-6)
-    assert not model.classifier.bias.any()
+    # The last checkpoint holds the changed classifier, which predicts as the reference at the
+    # whole split's tau; resumed from it, the run has nothing left to train and does not
+    # choose again.
+    model.load_state_dict(tuned_checkpoint["train"]["model"])
+    with torch.no_grad():
+        assert np.array_equal(model.classifier(test).argmax(1).numpy(), chosen)
     _resume_after_training(
-        tau_run.info.run_id, tau_checkpoint, Path(tau_run.data.tags["checkpoint"])
+        method, tuned_run.info.run_id, tuned_checkpoint, Path(tuned_run.data.tags["checkpoint"])
     )
 
 
-def _resume_after_training(run_id: str, checkpoint: dict, path: Path) -> None:
+def _resume_after_training(method: str, run_id: str, checkpoint: dict, path: Path) -> None:
     from runner.fit import fit
     from runner.parts import Progress, build_parts
     from runner.tracking import Bystander
 
-    cfg = compose_config(["+method=tau_norm", *DIGITS])
+    cfg = compose_config([f"+method={method}", *DIGITS])
     parts = build_parts(cfg)
     parts.state.load_state_dict(checkpoint["train"])
     progress = Progress()
     progress.load_state_dict(checkpoint["progress"])
-    fit(parts, Bystander(run_id, "tau_norm"), progress, path, logged_through=3)
+    fit(parts, Bystander(run_id, method), progress, path, logged_through=3)
     saved = checkpoint["train"]["model"]
     assert all(torch.equal(v, saved[k]) for k, v in parts.state.model.state_dict().items())
 
