@@ -91,6 +91,36 @@ def test_a_race_eliminates_uniform_within_its_budget(tmp_path, tracking_uri):
     assert "samplerlab report: sweep" in done.stdout
 
 
+def test_a_race_on_chance_level_features_advises_no_winner_and_says_why(tmp_path, tracking_uri):
+    """Class means that coincide (data.separation=0): every candidate sits at 1/10 balanced
+    accuracy, and the race names none (nor logs a model) and says why; the report after it
+    calls its test-set comparisons a confirmation."""
+    done = race(
+        [
+            "sampler=uniform,weighted",
+            "data.separation=0",
+            "hydra.sweeper.max_seeds=3",
+            "trainer.epochs=2",
+            *QUICK,
+            f"tracking.uri={tracking_uri}",
+        ],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, parent, _ = sweep_runs(tracking_uri)
+    tags = parent.data.tags
+    said = re.search(r"samplerlab race: (.*)\.\n", done.stdout)
+    assert said and said.group(1).startswith("no candidate learned: check the data or the backbone")
+    assert "beat chance (0.1000, 1/10 classes)" in said.group(1)
+    assert tags["advice/learned"] == "false"
+    assert tags["advice/advised"] == tags["advice/winner"] == "(none: no candidate learned)"
+    assert "advice/model_from" not in tags
+    folder = tmp_path / "artifacts"
+    client.download_artifacts(parent.info.run_id, "", str(folder))
+    assert "no candidate learned" in (folder / "advice.md").read_text()
+    assert "a confirmation, not a second verdict" in (folder / "report.md").read_text()
+
+
 def test_a_test_set_objective_or_no_validation_split_is_refused(tmp_path, tracking_uri):
     """Before any parent run is created: one line, exit 2, nothing in the store (both commands
     run at once)."""
