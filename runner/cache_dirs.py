@@ -22,6 +22,7 @@ ENV = "SAMPLERLAB_CACHE"
 KINDS = {
     "features": "a frozen backbone's features, one file per split (model.freeze=true)",
     "prefixes": "a sweep's shared training snapshots (removed when the sweep finishes)",
+    "images": "an image folder's decoded images, one file per folder (data=image_folder_lt)",
 }
 
 

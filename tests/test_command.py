@@ -225,7 +225,7 @@ def test_the_cache_root_is_the_users_never_the_package(monkeypatch):
     assert Path(cache_dirs.__file__).parents[1] not in home.parents
     monkeypatch.setenv(cache_dirs.ENV, "~/elsewhere")
     assert cache_dirs.folder("features") == Path.home() / "elsewhere" / "features"
-    with pytest.raises(KeyError, match="the caches: features, prefixes"):
+    with pytest.raises(KeyError, match="the caches: features, prefixes, images"):
         cache_dirs.folder("data")
 
 

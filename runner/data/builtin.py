@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from runner import cache_dirs
 from runner.data.cut import LongTailCut, long_tail_source
 from runner.data.types import Augment, Feeding, LongTailData
 
@@ -257,7 +258,7 @@ def _decode_folder(root: Path, cache_dir: Path) -> dict[str, Any]:
 @long_tail_source(imbalance_factor=100.0)
 def image_folder_lt(
     root: str,
-    cache_dir: str = "data/cache",
+    cache_dir: str | None = None,
     crop_padding: int = 4,
     flip: bool = True,
     *,
@@ -272,7 +273,7 @@ def image_folder_lt(
             raise FileNotFoundError(
                 f"data.root={root!r}: expected folders {path}/train/<class>/ and {path}/test/<class>/"
             )
-    decoded = _decode_folder(path, Path(cache_dir).expanduser())
+    decoded = _decode_folder(path, Path(cache_dir or cache_dirs.folder("images")).expanduser())
     train_x, test_x = decoded["train_x"], decoded["test_x"]
     mean = (train_x.double() / 255).mean(dim=(0, 2, 3)).tolist()
     std = (train_x.double() / 255).std(dim=(0, 2, 3)).tolist()
