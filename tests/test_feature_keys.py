@@ -19,6 +19,7 @@ from torch.utils.data import Dataset
 from runner.data import LongTailData
 from runner.features import freeze
 from runner.feeding import place
+from runner.models.source import code_digest
 from runner.parts import build, build_model
 from tests.conftest import compose_config
 
@@ -214,8 +215,8 @@ def write_net(folder: Path, module: str, step: str, helper: str = "torch") -> No
 def user_modules():
     """The modules a test writes and imports are gone from ``sys.modules`` after it."""
     yield
-    for name in ("edited_net", "edited_steps"):
-        sys.modules.pop(name, None)
+    for name in [n for n in sys.modules if n.startswith(("edited_", "keyed_"))]:
+        sys.modules.pop(name)
 
 
 def test_an_edited_forward_or_helper_of_the_users_backbone_gets_its_own_features(
@@ -249,6 +250,50 @@ def test_an_edited_forward_or_helper_of_the_users_backbone_gets_its_own_features
     assert last_line(capsys).startswith("features: computed ")
     assert not torch.equal(tanh[0], relu[0])
     assert torch.equal(relu[0], first[0])  # relu again: the same features as the first
+
+
+KEYED_NET = """
+from torch import nn
+
+from .settings import SCALE
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 4)
+
+    def forward(self, x):
+        import keyed_helpers  # imported when forward first runs: not yet when the key is made
+
+        return keyed_helpers.step(self.body(x)) * SCALE
+"""
+
+
+def test_a_constant_imported_by_name_or_a_module_imported_in_a_function_is_in_the_code_digest(
+    tmp_path, monkeypatch, user_modules
+):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    package = tmp_path / "keyed_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "net.py").write_text(KEYED_NET)
+    settings, helpers = package / "settings.py", tmp_path / "keyed_helpers.py"
+    settings.write_text("SCALE = 2.0\n")
+    helpers.write_text("import torch\n\ndef step(x):\n    return torch.relu(x)\n")
+    importlib.invalidate_caches()
+    net = importlib.import_module("keyed_pkg.net").Net()
+    assert "keyed_helpers" not in sys.modules
+    first = code_digest(net)
+    settings.write_text("SCALE = 3.0\n")  # a constant the module imports by name
+    scaled = code_digest(net)
+    helpers.write_text("import torch\n\ndef step(x):\n    return torch.tanh(x)\n")
+    stepped = code_digest(net)  # a module imported only inside forward
+    assert len({first, scaled, stepped}) == 3
+    assert "keyed_helpers" not in sys.modules  # found as an import would, nothing of it ran
+    settings.write_text("SCALE = 2.0\n")
+    helpers.write_text("import torch\n\ndef step(x):\n    return torch.relu(x)\n")
+    assert code_digest(net) == first  # the same code again: the same digest
 
 
 def test_a_backbone_whose_code_cannot_be_read_is_not_cached(tmp_path, monkeypatch, capsys):

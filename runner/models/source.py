@@ -1,15 +1,21 @@
 """What a module computes besides its weights: its structure and its code. The code of classes
 from installed packages (torch, timm, torchvision, ...) is named by the packages' versions; the
-user's own code (a class defined outside the installed packages, this project's included) by
-the bytes of its source files, and of every file of the user's that such a file refers to (the
-modules, functions and classes it imports), so that an edited ``forward`` or a helper it calls
-gives another digest."""
+user's own code (a class defined outside the installed packages and the standard library, this
+project's included) by the bytes of its source files, and of every file of the user's that such
+a file imports, transitively: every ``import`` statement of the file, a function's body
+included, relative ones resolved against its package. So an edited ``forward``, a helper it
+calls, a constant it imports by name or a module it imports only inside a function gives
+another digest. What no import statement names (a module whose name is computed at run time
+and not held by a module's globals, a file read with ``open``) is not seen."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
+import importlib.machinery
 import importlib.metadata
+import importlib.util
 import inspect
 import sys
 import sysconfig
@@ -53,37 +59,114 @@ def code_digest(module: nn.Module) -> str:
 
 
 def _parts(homes: list[types.ModuleType]) -> dict[str, bytes]:
-    """For every module reachable from ``homes`` through the user's modules' globals: the user's
-    module's source bytes, or an installed package's version (by its top-level name)."""
+    """For every module reachable from ``homes`` through the user's code: the user's module's
+    source bytes, or an installed package's version (by its top-level name), or Python's version
+    for the standard library. A user's module leads on to its parent packages (whose
+    ``__init__`` an import runs), to every module its ``import`` statements name, wherever they
+    are (a function's body included, whether or not it has run), and to the modules of the
+    modules, classes and functions its globals hold. Modules not imported yet are found as an
+    import would find them, without running anything."""
     parts: dict[str, bytes] = {}
-    pending, seen = list(homes), set()
+    pending, seen = [home.__name__ for home in homes], set()
     while pending:
-        home = pending.pop()
-        if home.__name__ in seen:
+        name = pending.pop()
+        if name in seen:
             continue
-        seen.add(home.__name__)
-        file = _file(home)
-        if file is None:  # built in, or a namespace package: no code of its own
+        seen.add(name)
+        pending.extend(_parents(name))
+        file, package = _locate(name)
+        if file is None:  # built in, a namespace package, or no such module: no code of its own
             continue
         if any(file.is_relative_to(root) for root in _SITE) or _PACKAGES & set(file.parts):
-            top = home.__name__.partition(".")[0]
+            top = name.partition(".")[0]
             parts[top] = _version(top).encode()
             continue
         if any(file.is_relative_to(root) for root in _STDLIB):
             parts["python"] = sys.version.encode()
             continue
-        parts[home.__name__] = file.read_bytes()
-        for value in vars(home).values():
-            found = value if inspect.ismodule(value) else _home_of(value)
-            if found is not None:
-                pending.append(found)
+        parts[name] = file.read_bytes()
+        if file.suffix == ".py":
+            pending.extend(imported(parts[name], package))
+        if name in sys.modules:
+            pending.extend(_held(sys.modules[name]))
     return parts
 
 
-def _home_of(value: object) -> types.ModuleType | None:
-    if inspect.isclass(value) or inspect.isfunction(value):
-        return sys.modules.get(value.__module__)
+def imported(source: bytes, package: str) -> list[str]:
+    """The absolute names of the modules that the ``import`` statements of ``source`` (a module
+    of ``package``) may import: each ``import a.b``'s ``a.b``, each ``from m import n``'s ``m``
+    and ``m.n`` (``n`` may be a submodule), relative ones resolved against ``package``."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):  # not Python after all: its bytes alone are the digest
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            relative = "." * node.level + (node.module or "")
+            try:
+                base = importlib.util.resolve_name(relative, package) if node.level else relative
+            except (ImportError, ValueError):  # beyond the top package: the import fails too
+                continue
+            names.append(base)
+            names.extend(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+    return names
+
+
+def _parents(name: str) -> list[str]:
+    """The packages above ``name``: ``a`` and ``a.b`` for ``a.b.c``."""
+    pieces = name.split(".")
+    return [".".join(pieces[:i]) for i in range(1, len(pieces))]
+
+
+def _locate(name: str) -> tuple[Path | None, str]:
+    """The file of module ``name`` (None: none of its own, or not found) and its package."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return _file(module), getattr(module, "__package__", None) or ""
+    spec = _spec(name)
+    if spec is None or not spec.has_location or not spec.origin:
+        return None, ""
+    path = Path(spec.origin).resolve()
+    package = name if spec.submodule_search_locations is not None else name.rpartition(".")[0]
+    return (path if path.is_file() else None), package
+
+
+def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    """How an import would find ``name``: asking the import system's finders, with the parent
+    package's folders for a submodule, as ``import`` does, but without running any module
+    (``importlib.util.find_spec`` would import the parents)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return getattr(module, "__spec__", None)
+    parent = name.rpartition(".")[0]
+    path = None
+    if parent:
+        outer = _spec(parent)
+        path = outer.submodule_search_locations if outer is not None else None
+        if path is None:  # the parent is no package (or not found): no such submodule
+            return None
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        try:
+            spec = find(name, path) if find is not None else None
+        except (ImportError, ValueError):
+            continue
+        if spec is not None:
+            return spec
     return None
+
+
+def _held(module: types.ModuleType) -> list[str]:
+    """The modules of the modules, classes and functions ``module``'s globals hold (one made by
+    ``importlib.import_module`` included, which no import statement names)."""
+    return [
+        value.__name__ if inspect.ismodule(value) else value.__module__
+        for value in vars(module).values()
+        if inspect.ismodule(value) or inspect.isclass(value) or inspect.isfunction(value)
+    ]
 
 
 def _file(home: types.ModuleType) -> Path | None:
@@ -94,8 +177,15 @@ def _file(home: types.ModuleType) -> Path | None:
 @functools.cache
 def _version(top: str) -> str:
     """The installed version of the distribution(s) providing package ``top``."""
-    names = importlib.metadata.packages_distributions().get(top, [])
+    names = _distributions().get(top, [])
     versions = [f"{n}=={importlib.metadata.version(n)}" for n in sorted(set(names))]
     if versions:
         return ",".join(versions)
     return f"{top}=={getattr(sys.modules.get(top), '__version__', 'unknown')}"
+
+
+@functools.cache
+def _distributions() -> dict[str, list[str]]:
+    """Each importable top-level name's distributions (read once: it scans every installed
+    distribution's file list)."""
+    return dict(importlib.metadata.packages_distributions())
