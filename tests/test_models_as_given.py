@@ -4,8 +4,10 @@ it, and a pickle that would run code never runs it."""
 
 from __future__ import annotations
 
+import argparse
 import os
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -118,7 +120,8 @@ def test_a_module_whose_split_is_exact_computes_what_its_forward_computes(module
 
 
 def random_bytes(path):
-    path.write_bytes(os.urandom(4096))
+    """4096 bytes of no format, the same in every run (a seeded generator)."""
+    path.write_bytes(np.random.default_rng(4096).bytes(4096))
     return path
 
 
@@ -155,7 +158,42 @@ def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
     message = str(error.value)
     assert not marker.exists()
     assert len(message.splitlines()) == 2 and f"model.weights={file}: refused" in message
-    assert "posix.system" in message and "weights_only" not in message
+    assert "names posix.system, of module posix, which a safe load blocks outright" in message
+    assert "weights_only" not in message
+
+
+def qualified(function) -> str:
+    return f"{function.__module__}.{function.__name__}"
+
+
+@pytest.mark.parametrize(
+    ("extra", "name"),
+    [
+        (argparse.Namespace(lr=0.1, epochs=90), "argparse.Namespace"),
+        (np.float64(0.75), qualified(np.float64(0.75).__reduce__()[0])),  # numpy's own name
+    ],
+)
+def test_a_checkpoint_with_a_harmless_global_is_refused_without_torchs_advice(
+    tmp_path, extra, name
+):
+    """A training checkpoint beside the weights (its arguments, a numpy accuracy) names a
+    global a safe load does not construct: the message says which and how to save, and neither
+    claims the file would run code nor advises allowlisting it or loading it unsafely."""
+    import timm
+
+    file = tmp_path / "checkpoint.pt"
+    state = timm.create_model("resnet18", num_classes=0).state_dict()
+    torch.save({**state, "extra": extra}, file)
+    with pytest.raises(UserError) as error:
+        timm_with(file)
+    first, second = str(error.value).splitlines()
+    assert first == (
+        f"model.weights={file}: refused: its pickle names {name}, which a safe load "
+        "(weights_only=True) does not construct; nothing of it ran"
+    )
+    assert second.startswith("save the state_dict of tensors alone")
+    for advice in ("add_safe_globals", "allowlist", "weights_only=False", "run code"):
+        assert advice not in str(error.value)
 
 
 def test_a_state_dict_saved_as_safetensors_still_loads(tmp_path):

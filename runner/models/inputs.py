@@ -4,6 +4,7 @@ with; and reading a weights file."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import warnings
@@ -75,7 +76,9 @@ def load_weights(module: nn.Module, path: str, skip: str | None = None) -> None:
     other; the file's tensors under ``skip`` (a pretrained classifier the run replaces) aside.
     Nothing in the file runs: ``torch.load(weights_only=True)`` reads tensors and plain
     containers only, and a file that cannot be read so (damaged, not a weights file, or a
-    pickle that would run code) is a :class:`UserError` of two lines naming the file."""
+    pickle naming another global: an ``argparse.Namespace``, a numpy scalar, ``os.system``) is
+    a :class:`UserError` of two lines naming the file, which never advise loading it unsafely
+    or allowlisting the global."""
     file = Path(path).expanduser()
     if not file.is_file():
         raise FileNotFoundError(f"model.weights={path}: no such file")
@@ -99,7 +102,13 @@ def load_weights(module: nn.Module, path: str, skip: str | None = None) -> None:
         raise ValueError(f"model.weights={path} does not fit the model: {error}") from None
 
 
-SAVE_HINT = "save the weights with torch.save(model.state_dict(), path) or as .safetensors"
+SAVE_HINT = (
+    "save the state_dict of tensors alone (torch.save(model.state_dict(), path)) or as .safetensors"
+)
+# What torch's safe unpickler says of a global it does not construct (the name, then whether
+# its module is one it blocks outright: os, posix, nt, sys reach the operating system).
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+_BLOCKED = re.compile(r"whose module ([\w.]+) is blocked")
 
 
 def _read_state(file: Path, path: str) -> object:
@@ -113,20 +122,35 @@ def _read_state(file: Path, path: str) -> object:
             warnings.simplefilter("ignore", UserWarning)
             return torch.load(file, map_location="cpu", weights_only=True)
     except Exception as error:  # torch and safetensors raise many kinds for a bad file
-        why = _reason(error)
-        if "GLOBAL" in why:  # a pickle that names code to import: refused before it ran
-            raise UserError(
-                f"model.weights={path}: refused: the file is a pickle that would run code "
-                f"({why}), not only tensors; nothing of it ran\n{SAVE_HINT}"
-            ) from None
+        refused = _refusal(str(error))
+        if refused is not None:  # the pickle names a global: refused before anything ran
+            raise UserError(f"model.weights={path}: refused: {refused}\n{SAVE_HINT}") from None
         kind = "a .safetensors file" if file.suffix == ".safetensors" else "a torch.save state dict"
         raise UserError(
-            f"model.weights={path}: cannot be read as {kind} ({type(error).__name__}: {why}); "
-            f"it is damaged or not a weights file\n{SAVE_HINT}"
+            f"model.weights={path}: cannot be read as {kind} ({type(error).__name__}: "
+            f"{_first_line(error)}); it is damaged or not a weights file\n{SAVE_HINT}"
         ) from None
 
 
-def _reason(error: Exception) -> str:
+def _refusal(message: str) -> str | None:
+    """Why a safe load refused the file, in our words (torch's own advise allowlisting the
+    global or loading unsafely), when its ``message`` names a global; else None."""
+    named = _GLOBAL.search(message)
+    if named is None:
+        return None
+    blocked = _BLOCKED.search(message)
+    if blocked is not None:
+        return (
+            f"its pickle names {named.group(1)}, of module {blocked.group(1)}, which a safe load "
+            "blocks outright (it reaches the operating system); nothing of it ran"
+        )
+    return (
+        f"its pickle names {named.group(1)}, which a safe load (weights_only=True) does not "
+        "construct; nothing of it ran"
+    )
+
+
+def _first_line(error: Exception) -> str:
     """What went wrong, in one short phrase: the first line of ``error`` that is neither torch's
     advice about ``weights_only`` (which would run the file's code) nor a pointer to its docs."""
     advice = ("weights_only", "documentation", "file an issue", "Weights only load failed")
