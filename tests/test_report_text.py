@@ -194,7 +194,7 @@ def test_a_tie_on_every_seed_is_said_to_be_one():
 
 
 def test_the_metrics_plot_stays_inside_0_and_1():
-    from experiments.report.plots import metrics_with_intervals
+    from experiments.report.plots import metrics_with_intervals, recall_by_strategy
     from experiments.stats import Interval
 
     figure = metrics_with_intervals(
@@ -205,6 +205,8 @@ def test_the_metrics_plot_stays_inside_0_and_1():
     assert low >= 0 and high <= 1
     bars = [c.get_segments() for c in figure.axes[0].collections]  # the error bars' lines
     assert max(x for segments in bars for segment in segments for x, _ in segment) == 1
+    recall = recall_by_strategy({"a": [1.0, 0.5, 0.0]}, ["x", "y", "z"], None)
+    assert recall.axes[0].get_ylim() == (0, 1)
 
 
 def test_a_race_parents_report_calls_its_test_set_table_a_confirmation():
