@@ -65,9 +65,8 @@ def recall_by_strategy(
     x = np.arange(len(classes))
     for label, values in recall.items():
         ax.plot(x, values, marker="o", markersize=3, linewidth=1.2, label=label, clip_on=False)
-    ax.set_ylim(
-        0, 1
-    )  # a recall of 1 is drawn on the edge (clip_on=False), not below an axis past 1
+    # A recall of 1 is drawn on the edge (clip_on=False), not below an axis that runs past 1.
+    ax.set_ylim(0, 1)
     ax.set_xlim(-0.5, len(classes) - 0.5)
     _class_ticks(ax, classes)
     _group_edges(ax, groups)
