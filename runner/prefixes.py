@@ -33,7 +33,7 @@ from typing import Any, cast
 from omegaconf import DictConfig, OmegaConf
 
 from runner import cache_dirs
-from runner.config import CONF, config_key
+from runner.config import CONF, POST_HOC_STAGES, config_key
 from runner.fit import checkpoint_payload, fit
 from runner.locks import beat, turn
 from runner.losses import ClassWeightedLoss
@@ -66,7 +66,7 @@ def declared_prefix(cfg: DictConfig, parts: Parts) -> Prefix | None:
     if parts.state.parallel is not None or sampler.world_size != 1:
         return None
     until = [_sampler_until(sampler), _loss_until(parts.loss_fn), total_epochs(trainer)]
-    if trainer.classifier_epochs or trainer.classifier_stage == "tau_norm":
+    if trainer.classifier_epochs or trainer.classifier_stage in POST_HOC_STAGES:
         until.append(trainer.epochs - 1)
     epochs = min(until)
     if epochs < 1:

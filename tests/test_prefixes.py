@@ -104,7 +104,17 @@ def test_forked_runs_record_what_they_train_to_alone(tmp_path, migrated_store):
 def test_what_each_recipe_shares_with_the_cross_entropy_run():
     common = ["data=digits_lt", "data.val_per_class=5", "trainer.epochs=10"]
     declared = {}
-    for method in ("ce", "drs", "drw", "crt", "lws", "tau_norm", "class_balanced", "ldam_drw"):
+    for method in (
+        "ce",
+        "drs",
+        "drw",
+        "crt",
+        "lws",
+        "tau_norm",
+        "posthoc_la",
+        "class_balanced",
+        "ldam_drw",
+    ):
         cfg = compose_config([f"+method={method}", *common])
         declared[method] = declared_prefix(cfg, build_parts(cfg))
     assert {m: p.epochs if p else 0 for m, p in declared.items()} == {
@@ -114,10 +124,19 @@ def test_what_each_recipe_shares_with_the_cross_entropy_run():
         "crt": 9,  # stage one, but for its last epoch (which logs stage1/*)
         "lws": 9,
         "tau_norm": 9,  # but for its last epoch, whose classifier it rescales
+        "posthoc_la": 9,  # but for its last epoch, whose logits it adjusts
         "class_balanced": 0,
         "ldam_drw": 0,
     }
-    assert len({declared[m].family for m in ("ce", "drs", "drw", "crt", "lws", "tau_norm")}) == 1
+    assert (
+        len(
+            {
+                declared[m].family
+                for m in ("ce", "drs", "drw", "crt", "lws", "tau_norm", "posthoc_la")
+            }
+        )
+        == 1
+    )
     other_seed = compose_config(["+method=drs", *common, "seed=3"])
     prefix = declared_prefix(other_seed, build_parts(other_seed))
     assert prefix is not None and prefix.family == declared["ce"].family and prefix.seed == 3
