@@ -100,6 +100,7 @@ def test_npz_features_train_end_to_end_with_their_own_imbalance(tmp_path, tracki
     # imbalance_factor=null keeps the data's counts; 20% of every class is the test split.
     assert [metrics[f"data/train_count/{n}"] for n in ("ant", "bee", "cat")] == [48, 20, 8]
     assert [metrics[f"data/test_count/{n}"] for n in ("ant", "bee", "cat")] == [12, 5, 2]
+    assert metrics["data/num_classes"] == 3 and not any("val_count" in k for k in metrics)
     assert found.data.tags["imbalance_factor"] == "6.0"
 
 

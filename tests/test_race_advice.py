@@ -94,6 +94,7 @@ def test_the_certificate_is_printed_so_that_it_agrees_with_its_words():
     [
         ("val/balanced_accuracy", {"data/train_count/a": 90, "data/train_count/b": 10}, {}, 0.5),
         ("val/balanced_accuracy", {}, {"data.num_classes": "4"}, 0.25),
+        ("val/balanced_accuracy", {"data/num_classes": 200.0}, {}, 0.005),  # counts in a table
         (
             "val/accuracy",
             {f"data/train_count/{c}": 5 for c in "abcd"},

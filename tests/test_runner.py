@@ -13,13 +13,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner.app import run
 from runner.checks import check_targets
+from runner.config import CONF
 from runner.parts import build_model
-from tests.conftest import ROOT, compose_config
+from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
 GROUPS = ("data", "model", "sampler", "loss", "trainer", "tracking")
-CHOICES = [(g, p.stem) for g in GROUPS for p in sorted((ROOT / "conf" / g).glob("*.yaml"))]
+CHOICES = [(g, p.stem) for g in GROUPS for p in sorted((CONF / g).glob("*.yaml"))]
 QUICK = ["trainer.epochs=3", "trainer.progress=false", "tracking.log_model=false"]
 
 
@@ -136,3 +137,14 @@ def test_same_config_and_seed_give_the_same_metrics(tracking_uri):
     first, second = run(compose_config(overrides)), run(compose_config(overrides))
     assert first == second
     assert run(compose_config([*overrides, "seed=1"])) != first
+
+
+def test_a_run_with_a_validation_split_records_its_class_counts(tracking_uri):
+    """The race's chance level for val/accuracy reads the validation split's class counts."""
+    cfg = compose_config([*QUICK, f"tracking.uri={tracking_uri}", "data.val_per_class=5"])
+    run(cfg)
+    client = MlflowClient(tracking_uri)
+    (found,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
+    metrics = found.data.metrics
+    assert [metrics[f"data/val_count/class_{c}"] for c in range(10)] == [5] * 10
+    assert metrics["data/num_classes"] == 10

@@ -11,8 +11,9 @@ scores on the validation split:
   the split's class counts (a constant prediction recalls one class fully, the others not at
   all; a random one recalls each class with the same probability, summing to 1). ``C`` is the
   number of ``data/train_count/<class>`` metrics the children log, else their
-  ``data.num_classes`` parameter; a child that logs its class counts as a table and has no such
-  parameter (above ``tracking.per_class_max`` classes) leaves ``C`` unknown: not checked.
+  ``data/num_classes`` metric (logged also when the counts go to a table, above
+  ``tracking.per_class_max`` classes), else their ``data.num_classes`` parameter; with none of
+  them ``C`` is unknown: not checked.
 * ``val/accuracy``: the majority class's share of the validation split (what always predicting
   it scores): from the children's ``data/val_count/<class>`` metrics when they log them, else
   ``1 / C`` when ``data.val_per_class`` makes the split balanced. A split drawn by
@@ -73,7 +74,11 @@ def chance_level(objective: str, metrics: Mapping[str, float], params: Mapping[s
     val = _counts(metrics, VAL_COUNT)
     if metric == ACCURACY and val and sum(val) > 0:
         return Chance(max(val) / sum(val), "the validation split's majority class share")
-    classes = len(_counts(metrics, TRAIN_COUNT)) or _int(params.get("data.num_classes"))
+    classes = (
+        len(_counts(metrics, TRAIN_COUNT))
+        or int(metrics.get("data/num_classes", 0))
+        or _int(params.get("data.num_classes"))
+    )
     if classes < 2:
         return Chance(
             None, f"the runs logged no class counts ({TRAIN_COUNT}<class>) nor data.num_classes"

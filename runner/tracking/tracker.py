@@ -371,17 +371,22 @@ def start_run(
         tags=tags,
         parent_run_id=parent_run_id,
     )
-    test_counts = torch.bincount(data.test_y, minlength=data.num_classes)
+    # The race's chance level reads these: 1/C, or the validation split's majority share.
+    splits = {"train_count": data.train_counts}
+    if data.val_y is not None:
+        splits["val_count"] = torch.bincount(data.val_y, minlength=data.num_classes)
+    splits["test_count"] = torch.bincount(data.test_y, minlength=data.num_classes)
     if tabled:
-        columns = {"data/train_count": data.train_counts, "data/test_count": test_counts}
+        columns = {f"data/{kind}": values for kind, values in splits.items()}
         tracker.log_table("per_class/data.json", class_table(data.class_names, columns))
+        tracker.log_metrics({"data/num_classes": data.num_classes}, step=0)
     else:
         counts = {
             f"data/{kind}/{n}": int(c)
-            for kind, values in (("train_count", data.train_counts), ("test_count", test_counts))
+            for kind, values in splits.items()
             for n, c in zip(data.class_names, values, strict=True)
         }
-        tracker.log_metrics(counts, step=0)
+        tracker.log_metrics({**counts, "data/num_classes": data.num_classes}, step=0)
     tracker.log_inputs(dataset_inputs(cfg, data))
     tracker.log_artifacts({"config.yaml": OmegaConf.to_yaml(resolved(cfg))})
     return tracker
