@@ -35,7 +35,7 @@ sweep: install  ## every sampler x 3 seeds, one parent MLflow run (SWEEP="..." t
 ddp: install  ## one run in NPROC processes with DDP (torchrun; ARGS="sampler=hard_mined ...")
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m runner $(ARGS)
 
-study: install  ## a study sweep, its report on the parent run (NAME=digits; conf/experiment/)
+study: install  ## a study sweep, its report on the parent run (NAME=digits; runner/conf/experiment/)
 	$(SAMPLERLAB) run -m +experiment=$(or $(NAME),$(STUDY),digits)
 
 # samplerlab advise (experiments/command.py) builds the race's overrides: DATA a .npz/.pt file,

@@ -1,7 +1,7 @@
 """Published results a study is compared with: top-1 error (%) per method on the balanced test
 set, as collected by Zhang et al. (2021), "Bag of tricks for long-tailed visual recognition with
 deep convolutional neural networks" (AAAI), for CIFAR-LT with imbalance factor 100 and the
-ResNet-32 recipe of Cao et al. (2019). Method names are those of ``conf/method/``.
+ResNet-32 recipe of Cao et al. (2019). Method names are those of ``runner/conf/method/``.
 
 The numbers are those the project's evidence issue (#8) quotes from that table; they were not
 re-checked against the paper here (no access offline). Some rows differ from the original papers'
@@ -18,7 +18,7 @@ a batch's weighted loss by its sum of weights (kaidic/LDAM-DRW's ``F.cross_entro
 uses e/T for the 1-based epoch e, at most 1/T from it), and ``class_balanced`` is class-balanced
 re-sampling (q=0), not Cui et al.'s class-balanced loss (``loss=cb_ce``).
 
-A study names its table with ``tracking.reference`` (conf/experiment/cifar10_lt_paper.yaml);
+A study names its table with ``tracking.reference`` (runner/conf/experiment/cifar10_lt_paper.yaml);
 the report then puts each method's measured error beside the published one."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The Hydra callback that publishes a sweep's report onto its parent run when the sweep ends
-(``hydra.callbacks.report`` in ``conf/config.yaml``). It imports the report only then: Hydra
+(``hydra.callbacks.report`` in ``runner/conf/config.yaml``). It imports the report only then: Hydra
 instantiates callbacks for single runs too."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ register()
 log = logging.getLogger("runner")
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def app(cfg: DictConfig) -> float:
     try:
         check_targets(cfg)  # config errors answer before the heavier imports below

@@ -26,7 +26,7 @@ HEADLINE = (
 )
 OBJECTIVE_SPLITS = ("val", "test", "final")  # final/: the test set's last evaluation
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parent / "conf"  # package data: every config YAML
 # Classifier stages that take no epochs: after the last one, a tau chosen on the validation split
 # (tau-normalisation, post-hoc logit adjustment; runner.decoupled). They train all CE's epochs.
 POST_HOC_STAGES = ("tau_norm", "posthoc_la")

@@ -25,9 +25,8 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-from runner.config import register
+from runner.config import CONF, register
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 CASES = {
     "small_cnn-digits": ["data=digits_lt", "model=small_cnn", "sampler=hard_mined"],
     "resnet32-digits": ["data=digits_lt", "model=resnet32", "sampler=hybrid"],

@@ -20,7 +20,7 @@ from hypothesis import settings
 from omegaconf import DictConfig
 
 from runner.cache_dirs import ENV
-from runner.config import register
+from runner.config import CONF, register
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +68,7 @@ def tracking_uri(migrated_store: Path, tmp_path: Path) -> str:
 
 
 def compose_config(overrides: list[str]) -> DictConfig:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="config", overrides=overrides)
 
 

@@ -24,6 +24,7 @@ from experiments.command import (
     ui_arguments,
 )
 from runner import cache_dirs
+from runner.config import CONF
 from runner.errors import UserError
 from runner.locks import turn
 from tests.helpers.cli import run_python
@@ -142,7 +143,7 @@ def test_the_race_advise_builds_composes_and_passes_the_race_checks(tmp_path):
     x, y = np.random.default_rng(0).normal(size=(60, 4)), np.repeat([0, 1, 2], [30, 20, 10])
     np.savez(data, x=x.astype(np.float32), y=y)
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         overrides = advise(str(data), "--val", "4", "--budget", "30")[1:]  # less -m
         config = loader.load_configuration("config", overrides, run_mode=RunMode.MULTIRUN)

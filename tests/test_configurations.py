@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from experiments.published import PUBLISHED
+from runner.config import CONF
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
@@ -22,9 +23,7 @@ OUTSIDE_THE_STUDIES = {"lws", "tau_norm", "posthoc_la"}
 def test_every_study_is_a_hydra_experiment_config(study):
     from hydra import compose, initialize_config_dir
 
-    from tests.conftest import ROOT
-
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(
             config_name="config", overrides=[f"+experiment={study}"], return_hydra_config=True
         )
@@ -32,7 +31,7 @@ def test_every_study_is_a_hydra_experiment_config(study):
     axes = cfg.hydra.sweeper.params
     if study.startswith("cifar"):  # the published table's rows and ours, as conf/method recipes
         methods = set(axes.method.split(","))
-        recipes = {p.stem for p in (ROOT / "conf" / "method").glob("*.yaml")}
+        recipes = {p.stem for p in (CONF / "method").glob("*.yaml")}
         assert methods == recipes - OUTSIDE_THE_STUDIES
         assert cfg.tracking.reference in PUBLISHED
         assert methods >= set(PUBLISHED[cfg.tracking.reference].errors)

@@ -9,7 +9,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from runner.config import trainer_config
+from runner.config import CONF, trainer_config
 from runner.fit import train_epoch
 from runner.losses import ClassWeightedLoss
 from runner.models import MLP, ResNet32, SmallCNN
@@ -173,9 +173,8 @@ def test_a_run_is_tagged_with_its_method_only_when_the_recipe_chose_it(
 
     from runner.parts import build
     from runner.tracking import start_run
-    from tests.conftest import ROOT
 
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", ["+experiment=cifar10_lt", *overrides], return_hydra_config=True)
     choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items()}
     del cfg.hydra

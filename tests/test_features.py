@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from runner.config import CONF
 from runner.data import LongTailData
 from runner.features import FrozenBackbone, freeze
 from runner.feeding import place
@@ -110,10 +111,8 @@ def test_a_config_with_hydras_own_keys_unresolvable_outside_a_job_is_frozen_too(
     only a job resolves: the cache key reads the model node alone."""
     from hydra import compose, initialize_config_dir
 
-    from tests.conftest import ROOT
-
     overrides = ["data=digits_lt", *SMALL_CNN, "model.freeze=true", "trainer.augment=false"]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(
             "config", [*overrides, f"features.cache_dir={tmp_path}"], return_hydra_config=True
         )

@@ -13,11 +13,11 @@ import torch
 from omegaconf import OmegaConf
 from torch.nn import functional as F
 
+from runner.config import CONF
 from runner.data.cut import long_tail_counts
 from runner.errors import UserError
 from runner.losses import ClassWeightedLoss, SigmoidFocalLoss
 from runner.parts import build
-from tests.conftest import ROOT
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
@@ -28,7 +28,7 @@ CIFAR100_LT = torch.tensor(long_tail_counts(500, 100, 100))  # 10,847 images
 
 def recipe(name: str, counts: torch.Tensor = CIFAR10_LT, **overrides: object) -> ClassWeightedLoss:
     """conf/loss/<name>.yaml as the runner builds it, with ``overrides``."""
-    node = OmegaConf.load(ROOT / "conf" / "loss" / f"{name}.yaml")
+    node = OmegaConf.load(CONF / "loss" / f"{name}.yaml")
     node.merge_with(overrides)
     loss: ClassWeightedLoss = build(
         "loss", node, class_counts=counts, sampler_weights=None, epochs=EPOCHS

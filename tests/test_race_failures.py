@@ -13,6 +13,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from experiments.race import advice, driver
 from experiments.race.settings import RaceSettings
 from runner.app import failure_reason
+from runner.config import CONF
 from runner.errors import UserError
 from runner.fit import Diverged
 from runner.tracking import StoreLost
@@ -163,7 +164,7 @@ def test_every_candidate_is_checked_before_any_job_runs():
     from hydra_plugins.samplerlab_race.race_sweeper import RaceSweeper
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         master = loader.load_configuration(
             "config", ["hydra/sweeper=race", "data.val_per_class=30"], run_mode=RunMode.MULTIRUN
@@ -184,7 +185,7 @@ def test_every_candidate_is_checked_before_any_job_runs():
             "race candidate trainer.lr=-1: config error at 'trainer.lr': must be a finite number "
             "in (0, inf] (e.g. 0.1), got -1.0"
         )
-        samplers = sorted(p.stem for p in (ROOT / "conf" / "sampler").glob("*.yaml"))[:9]
+        samplers = sorted(p.stem for p in (CONF / "sampler").glob("*.yaml"))[:9]
         nine = driver.plan_from(
             parser.parse_overrides([f"sampler={','.join(samplers)}", "data.val_per_class=30"]), 10
         )
@@ -203,7 +204,7 @@ def test_the_candidates_are_refused_before_the_sweeps_parent_run_exists():
     from hydra_plugins.samplerlab_race import race_sweeper
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         bad, good = (
             loader.load_configuration(

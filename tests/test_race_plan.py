@@ -15,6 +15,7 @@ from experiments.race import advice
 from experiments.race.driver import new_race, plan_from
 from experiments.race.race import MAX_RUNS, ONE_LEFT, Race, replay, seed_orders
 from experiments.race.settings import RaceSettings as Settings
+from runner.config import CONF
 from runner.errors import UserError
 
 pytestmark = pytest.mark.unit  # in one process, seconds
@@ -201,9 +202,8 @@ def test_the_sweeper_checks_a_composed_config_without_launching(tmp_path):
 
     from hydra_plugins.samplerlab_race.race_sweeper import RaceSweeper
 
-    root = Path(__file__).resolve().parents[1]
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(root / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
 
         def composed(*overrides: str):

@@ -25,7 +25,7 @@ METRICS = {
 RANKED_BY = "balanced_accuracy"
 COMPARED = ("balanced_accuracy", "few_accuracy")  # paired differences to the baseline
 BASELINE = "uniform"
-# Runs of a published recipe (conf/method/: sampler, loss and settings together, tag `method`)
+# Runs of a published recipe (runner/conf/method/: sampler, loss and settings together, tag `method`)
 # form one block per data and model, compared with plain cross-entropy ("ce").
 METHODS = "methods"
 METHOD_BASELINE = "ce"
