@@ -110,13 +110,85 @@ def test_a_split_that_would_change_the_output_is_refused_by_the_probe_where_fx_c
         as_feature_classifier(Declared(2.0), 3, None, "Declared", SHAPE)
 
 
-@pytest.mark.parametrize("module", [Branching(log_softmax=False), Declared(1.0)])
+def dropout_after_logits() -> nn.Module:
+    """Dropout after the final linear layer: nothing in eval mode (in training the split drops
+    the features instead)."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 3), nn.Dropout())
+
+
+@pytest.mark.parametrize(
+    "module",
+    [Branching(log_softmax=False), Declared(1.0), dropout_after_logits()],
+    ids=["untraceable", "declared", "dropout-after-logits"],
+)
 def test_a_module_whose_split_is_exact_computes_what_its_forward_computes(module):
     x = torch.randn(5, *SHAPE)
     expected = module.eval()(x)
     adopted = as_feature_classifier(module, 3, None, "module", SHAPE).eval()
     assert torch.allclose(adopted(x), expected, atol=1e-6)
     assert adopted.features(x).shape == (5, 8)
+
+
+def test_a_timm_head_ending_in_identity_is_split_at_its_classifier():
+    """timm's ClassifierHead returns ``self.flatten(fc(x))``, an ``nn.Identity``: built through
+    model=custom (timm.create_model, no download), it is split at ``head.fc``."""
+    cfg = compose_config(
+        [
+            "model=custom",
+            "model._target_=timm.create_model",
+            "+model.model_name=regnetx_002",
+            "+model.pretrained=false",
+        ]
+    )
+    torch.manual_seed(0)
+    model = build_model(cfg.model, (3, 32, 32), 3).eval()
+    x = torch.randn(4, 3, 32, 32)
+    assert isinstance(model.classifier, nn.Linear) and model.feature_dim == 368
+    assert model.features(x).shape == (4, 368)
+    assert torch.equal(model.classifier(model.features(x)), model(x))
+
+
+def test_dropout_after_the_logits_is_split_without_a_probe_and_log_softmax_still_refused():
+    adopted = as_feature_classifier(dropout_after_logits(), 3, None, "drop")  # fx alone
+    assert isinstance(adopted.classifier, nn.Linear) and adopted.feature_dim == 8
+    with pytest.raises(ValueError, match="returns 2 \\(LogSoftmax\\) of its final nn.Linear '0'"):
+        as_feature_classifier(
+            nn.Sequential(nn.Linear(12, 3), nn.Dropout(), nn.LogSoftmax(dim=1)), 3, None, "ls"
+        )
+
+
+class TwoInputs(nn.Module):
+    def __init__(self, num_classes: int = 3) -> None:
+        super().__init__()
+        self.fc = nn.Linear(12, num_classes)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.fc((x * mask).flatten(1))
+
+
+@pytest.mark.parametrize(
+    ("module", "shape", "kind"),
+    [
+        ("vit_tiny_patch16_224", (3, 32, 32), "AssertionError: Input height (32) doesn't match"),
+        (TwoInputs(), SHAPE, "TypeError: TwoInputs.forward() missing 1 required positional"),
+    ],
+    ids=["vit-of-another-size", "two-inputs"],
+)
+def test_a_module_that_cannot_take_the_inputs_is_one_line_naming_it_and_the_shape(
+    module, shape, kind
+):
+    if isinstance(module, str):
+        import timm
+
+        module = timm.create_model(module, pretrained=False, num_classes=3)
+    with pytest.raises(ValueError) as error:
+        as_feature_classifier(module, 3, None, "my.Net", shape)
+    message = str(error.value)
+    dims = ", ".join(map(str, shape))
+    assert len(message.splitlines()) == 1 and message.startswith(
+        f"my.Net cannot take the data's inputs, one tensor of shape (N, {dims}) ({kind}"
+    )
+    assert "build it for inputs of that shape" in message
 
 
 def random_bytes(path):

@@ -14,6 +14,7 @@ import torch.fx
 from torch import nn
 
 from runner.models.heads import FeatureClassifier, classifier_head
+from runner.models.inputs import first_line
 
 
 def final_linear(module: nn.Module, out_features: int | None = None) -> str | None:
@@ -104,7 +105,7 @@ def _returns_layer(model: nn.Module, name: str, target: str, traced_only: bool) 
         ) from None
     calls = [n for n in graph.nodes if n.op == "call_module" and n.target == name]
     (output,) = (n for n in graph.nodes if n.op == "output")
-    returned = output.args[0]
+    returned = _before_no_ops(model, output.args[0], flatten=not traced_only)
     if len(calls) == 1 and returned is calls[0]:
         return
     if len(calls) != 1:
@@ -114,13 +115,51 @@ def _returns_layer(model: nn.Module, name: str, target: str, traced_only: bool) 
             f"returns a {type(returned).__name__}, not the output of its final nn.Linear {name!r}"
         )
     else:
-        step = getattr(returned, "target", returned)
-        step = getattr(step, "__name__", step)
-        what = f"returns {step} of its final nn.Linear {name!r}, not that layer's output"
+        what = f"returns {_step(model, returned)} of its final nn.Linear {name!r}, not that layer's output"
     raise ValueError(
         f"{target}: its forward {what}, so it cannot be split into features and a classifier "
         f"without changing what it computes; {_FIX}"
     )
+
+
+def _step(model: nn.Module, node: torch.fx.Node) -> str:
+    """The operation ``node`` applies: a function's or method's name, a layer's name and class."""
+    if node.op == "call_module":
+        return f"{node.target} ({type(model.get_submodule(str(node.target))).__name__})"
+    return str(getattr(node.target, "__name__", node.target))
+
+
+# Modules that return their one input as it is in eval mode (dropout: in training it then drops
+# the features before the classifier, not the logits after it).
+_NO_OPS_AT_EVAL = (
+    nn.Identity,
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+)
+
+
+def _before_no_ops(model: nn.Module, value: object, flatten: bool) -> object:
+    """What ``value`` (the graph's output) is, back past the trailing modules that change
+    nothing in eval mode: :data:`_NO_OPS_AT_EVAL` (timm's heads end in an ``nn.Identity``
+    ``flatten``), and with ``flatten`` an ``nn.Flatten()`` (a no-op on the (N, C) logits: only
+    where the probe then checks the outputs, since the graph does not hold shapes)."""
+    while (
+        isinstance(value, torch.fx.Node)
+        and value.op == "call_module"
+        and len(value.args) == 1
+        and not value.kwargs
+        and isinstance(value.args[0], torch.fx.Node)
+    ):
+        layer = model.get_submodule(str(value.target))
+        flat = isinstance(layer, nn.Flatten) and (layer.start_dim, layer.end_dim) == (1, -1)
+        if not (isinstance(layer, _NO_OPS_AT_EVAL) or (flatten and flat)):
+            break
+        value = value.args[0]
+    return value
 
 
 PROBE_SEED = 20_011
@@ -130,17 +169,19 @@ def _probe(
     model: nn.Module, in_shape: Sequence[int] | None, target: str
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """A seeded batch of two ``in_shape`` inputs and ``model``'s outputs on it (eval mode, so no
-    statistics change and dropout is off); None without ``in_shape``."""
+    statistics change and dropout is off); None without ``in_shape``. A forward that fails on
+    it, whatever it raises, is a one-line :class:`ValueError` naming ``target``."""
     if in_shape is None:
         return None
     x = torch.randn(2, *in_shape, generator=torch.Generator().manual_seed(PROBE_SEED))
     try:
         return x, _eval_forward(model, x)
-    except RuntimeError as error:  # e.g. a first layer made for another shape
-        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+    except Exception as error:  # a layer made for another shape, a size check, a signature
         raise ValueError(
-            f"{target} cannot take the data's inputs, shape (N, {', '.join(map(str, in_shape))}) "
-            f"({first}); make it take them (its in_shape argument) or change the data"
+            f"{target} cannot take the data's inputs, one tensor of shape "
+            f"(N, {', '.join(map(str, in_shape))}) ({type(error).__name__}: "
+            f"{first_line(error)}); build it for inputs of that shape (a model=custom class "
+            "is given in_shape; timm's vision transformers take img_size) or change the data"
         ) from None
 
 

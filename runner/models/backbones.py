@@ -21,7 +21,7 @@ from torch import nn
 
 from runner.models.adopt import final_linear, output_width, replace_layer
 from runner.models.heads import FeatureClassifier, classifier_head
-from runner.models.inputs import InputAdapter, load_weights, reachable
+from runner.models.inputs import InputAdapter, first_line, load_weights, reachable
 
 WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
 
@@ -63,10 +63,10 @@ def _assemble(
     features = nn.Sequential(adapter, backbone)
     try:
         dim = output_width(features, in_shape)
-    except RuntimeError as error:  # e.g. an input too small for the network's strides
-        first = str(error).strip().splitlines()[0][:200]
+    except Exception as error:  # an input too small for its strides, a ViT's size check
         raise ValueError(
-            f"{what} cannot take {in_shape} inputs ({first}); resize them with model.image_size=<pixels>"
+            f"{what} cannot take {in_shape} inputs ({type(error).__name__}: {first_line(error)}); "
+            "resize them with model.image_size=<pixels>"
         ) from None
     model = FeatureClassifier(features, classifier_head(dim, num_classes, head), dim)
     model.unit_input = unit_input

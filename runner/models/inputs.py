@@ -128,7 +128,7 @@ def _read_state(file: Path, path: str) -> object:
         kind = "a .safetensors file" if file.suffix == ".safetensors" else "a torch.save state dict"
         raise UserError(
             f"model.weights={path}: cannot be read as {kind} ({type(error).__name__}: "
-            f"{_first_line(error)}); it is damaged or not a weights file\n{SAVE_HINT}"
+            f"{first_line(error)}); it is damaged or not a weights file\n{SAVE_HINT}"
         ) from None
 
 
@@ -150,7 +150,7 @@ def _refusal(message: str) -> str | None:
     )
 
 
-def _first_line(error: Exception) -> str:
+def first_line(error: Exception) -> str:
     """What went wrong, in one short phrase: the first line of ``error`` that is neither torch's
     advice about ``weights_only`` (which would run the file's code) nor a pointer to its docs."""
     advice = ("weights_only", "documentation", "file an issue", "Weights only load failed")
