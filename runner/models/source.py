@@ -86,13 +86,13 @@ def _parts(homes: list[types.ModuleType]) -> dict[str, bytes]:
             continue
         parts[name] = file.read_bytes()
         if file.suffix == ".py":
-            pending.extend(imported(parts[name], package))
+            pending.extend(_imported(parts[name], package))
         if name in sys.modules:
             pending.extend(_held(sys.modules[name]))
     return parts
 
 
-def imported(source: bytes, package: str) -> list[str]:
+def _imported(source: bytes, package: str) -> list[str]:
     """The absolute names of the modules that the ``import`` statements of ``source`` (a module
     of ``package``) may import: each ``import a.b``'s ``a.b``, each ``from m import n``'s ``m``
     and ``m.n`` (``n`` may be a submodule), relative ones resolved against ``package``."""
@@ -152,7 +152,7 @@ def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
         find = getattr(finder, "find_spec", None)
         try:
             spec = find(name, path) if find is not None else None
-        except (ImportError, ValueError):
+        except Exception:  # a third-party finder's failure: it has no such module to offer
             continue
         if spec is not None:
             return spec
