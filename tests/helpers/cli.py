@@ -91,10 +91,26 @@ def run_python(
         done = _run_warm(command, cwd, timeout, environment(env))
     else:
         done = _run_fresh(command, cwd, timeout, environment(env), preexec_fn)
+    return _expected(done, expect)
+
+
+def run_command(
+    command: list[str], cwd: Path, env: Mapping[str, str], timeout: float = 300, expect: int = 0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in ``cwd`` with exactly the environment ``env`` (not this checkout's
+    path: an installed program as a user runs it) to its end; the test fails as for
+    :func:`run_python` when its exit status is not ``expect`` or the time runs out."""
+    return _expected(_run_fresh(command, cwd, timeout, dict(env), None), expect)
+
+
+def _expected(
+    done: subprocess.CompletedProcess[str], expect: int | None
+) -> subprocess.CompletedProcess[str]:
+    """``done``, or the test fails with its command, status and output tails."""
     if expect is not None and done.returncode != expect:
         pytest.fail(
             _report(
-                command,
+                [str(part) for part in done.args],
                 f"exit status {done.returncode}, expected {expect}",
                 done.stdout,
                 done.stderr,
