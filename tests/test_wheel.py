@@ -119,6 +119,12 @@ def test_a_wheel_installed_elsewhere_runs_from_an_empty_folder(tmp_path, trackin
     assert site.is_relative_to(tmp_path / "venv"), site
     installed = files_under(tmp_path / "venv")
 
+    # Without a store named, runs write to mlflow.db where they start, not in site-packages.
+    default_store = "from runner.tracking.stores import resolve_uri; print(resolve_uri(None))"
+    no_store = {k: v for k, v in env.items() if k != "MLFLOW_TRACKING_URI"}
+    store = run_command([str(python), "-c", default_store], cwd=work, env=no_store).stdout
+    assert store.strip() == f"sqlite:///{work.resolve() / 'mlflow.db'}"
+
     samplerlab = str(bin_folder / "samplerlab")
     top = run_command([samplerlab, "--help"], cwd=work, env=env, timeout=60).stdout
     assert top.startswith("usage: samplerlab") and "\n    advise " in top
