@@ -31,7 +31,8 @@ chosen over the same grid and cross-fitted alike (:func:`choose_adjustment`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +50,9 @@ TAU_GRID: tuple[float, ...] = tuple(step / 10 for step in range(21))
 # error when the model's probabilities are calibrated; above 1 it favours the rare classes more.
 # The halves are a function of the validation labels alone (this seed): every run on the same
 # split, whatever its own seed, cuts it alike, so the candidates of a race are scored alike.
+# Changing it changes every post-hoc stage's validation metrics (and the halves' taus) under the
+# same config: it then needs an entry per post-hoc stage in runner.config.REVISED, so that a
+# resumed sweep does not take runs recorded with the old halves for the new ones.
 HALVES_SEED = 0
 
 
@@ -149,6 +153,17 @@ def validation_halves(labels: np.ndarray, seed: int = HALVES_SEED) -> np.ndarray
     return half_a
 
 
+def check_post_hoc(model: nn.Module, stage: str, val_labels: torch.Tensor | None) -> None:
+    """Refuse, before any run is recorded or trained, what post-hoc ``stage`` cannot work with:
+    a classifier it cannot change (:func:`linear_classifier`) and a validation split that does
+    not halve (:func:`validation_halves`). The config checks refuse a missing split and
+    ``data.val_per_class=1``; a ``data.val_fraction`` that leaves every class one row shows only
+    in the built split's labels, ``val_labels``."""
+    linear_classifier(model, stage)
+    assert val_labels is not None, "check_classifier_stage refuses a post-hoc stage without a split"
+    validation_halves(val_labels.numpy())
+
+
 @dataclass(frozen=True)
 class TauChoice:
     """What :func:`choose_tau` chose and measured. ``tau`` (the whole validation split's choice)
@@ -179,6 +194,46 @@ def _best(predictions: np.ndarray, labels: np.ndarray) -> tuple[int, list[float]
     equal maxima: the smallest tau, the least change) and every row's score."""
     scores = [balanced_accuracy(labels, row) for row in predictions]
     return int(np.argmax(scores)), scores
+
+
+class ClassifierInputs:
+    """What ``model.features`` hands ``model.classifier`` for every validation row, computed once
+    in eval mode (``model`` is a :class:`runner.models.FeatureClassifier`: its forward is
+    ``classifier(features(x))``), so that a post-hoc stage tries every tau with the classifier
+    alone. ``chunks`` are the inputs in the chunks a full prediction would take, and ``precision``
+    the context it runs in (autocast on a GPU): :meth:`predict` then gives what the whole model's
+    prediction gives, the same operations on the same tensors, for the classifier as it stands."""
+
+    @torch.no_grad()
+    def __init__(
+        self,
+        model: nn.Module,
+        chunks: Iterable[torch.Tensor],
+        precision: Callable[[], AbstractContextManager[object]],
+    ) -> None:
+        features, classifier = model.features, model.classifier
+        assert isinstance(features, nn.Module) and isinstance(classifier, nn.Module)
+        self.classifier, self.precision = classifier, precision
+        was_training = model.training
+        model.eval()
+        try:
+            with precision():
+                self.chunks = [features(x) for x in chunks]
+        finally:
+            model.train(was_training)
+
+    @torch.no_grad()
+    def predict(self) -> np.ndarray:
+        """The predicted classes of the validation rows by the classifier as it stands, in eval
+        mode."""
+        was_training = self.classifier.training
+        self.classifier.eval()
+        try:
+            with self.precision():
+                preds = [self.classifier(f).argmax(1) for f in self.chunks]
+        finally:
+            self.classifier.train(was_training)
+        return torch.cat(preds).cpu().numpy() if preds else np.empty(0, np.int64)
 
 
 def cross_fit(

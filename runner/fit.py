@@ -24,11 +24,12 @@ from tqdm import tqdm
 from runner.config import POST_HOC_STAGES
 from runner.data import Augment, augment_batch
 from runner.decoupled import (
+    ClassifierInputs,
     TauChoice,
+    check_post_hoc,
     choose_adjustment,
     choose_tau,
     linear_classifier,
-    validation_halves,
 )
 from runner.errors import UserError
 from runner.evaluation import Evaluation, evaluate
@@ -225,9 +226,7 @@ def fit(
     )  # many classes: one table an epoch
     post_hoc = trainer.classifier_stage in POST_HOC_STAGES
     if post_hoc:  # what it cannot work with, refused before training
-        linear_classifier(state.model, trainer.classifier_stage)
-        assert data.val_y is not None  # the config check refuses tau_norm without a split
-        validation_halves(data.val_y.numpy())
+        check_post_hoc(state.model, trainer.classifier_stage, data.val_y)
     with stop_on_signals(deferred=True):
         while state.epoch < (last if until is None else min(until, last)):
             if state.epoch >= trainer.epochs and not state.classifier_only:
@@ -345,16 +344,21 @@ def _post_hoc(parts: Parts, val_x: Feed | None) -> TauChoice:
     val_y, stage = parts.data.val_y, parts.trainer.classifier_stage
     assert val_x is not None and val_y is not None  # refused before training without a split
     labels = val_y.numpy()
-    classifier = linear_classifier(parts.state.model, stage)
-    predict = lambda: _predict(parts, val_x)  # noqa: E731
+    model = parts.state.model
+    classifier = linear_classifier(model, stage)
+    # Every rank reads the whole split (as an evaluation does), in the chunks and precision of
+    # _predict: the backbone once, then each tau the classifier's pass alone.
+    chunks = val_x.batches(torch.arange(len(val_x)), parts.trainer.eval_batch_size)
+    predict = ClassifierInputs(model, chunks, lambda: autocast(parts.device)).predict
     if stage == "tau_norm":
         choice = choose_tau(classifier, predict, labels)
     else:
         counts = parts.data.train_counts.double()
         choice = choose_adjustment(classifier, counts / counts.sum(), predict, labels)
     log.info(
-        "%s: tau %.1f chosen on the validation split (the test set's); validation scored "
-        "cross-fitted with tau %.1f (half A) and %.1f (half B)",
+        "%s: tau %.1f chosen on the whole validation split (the tau the test set and the "
+        "checkpoint use); the validation metrics use tau %.1f (chosen on half A) for half B's "
+        "rows and %.1f (chosen on half B) for half A's",
         stage,
         choice.tau,
         choice.tau_a,
