@@ -12,6 +12,7 @@ import numpy as np
 from scripts.artifacts import load, markdown_table, values_of
 
 if TYPE_CHECKING:
+    from experiments.race.race import Race
     from experiments.stats import Paired
 
 
@@ -198,11 +199,11 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def race_orders_table(folder: Path) -> str:
+def order_replays(folder: Path, **settings: Any) -> tuple[dict[str, Any], list[Race]]:
     """The benchmark's race replayed on the grid's values with its seeds in :data:`ORDERS`
-    random orders (seeded): how often its winner is the grid's leader or not separable from it,
-    how often all it leaves is, and the runs it used; with the budget and without."""
-    from collections import Counter
+    random orders (seeded), by today's rule: the recorded race's candidates, ``min_seeds``,
+    ``max_seeds`` and ``alpha`` unless ``settings`` (:class:`RaceSettings` fields) say otherwise,
+    :class:`RaceSettings`' defaults for the rest. Returns the grid's record and the races."""
     from functools import partial
 
     from experiments.race.race import Race, seed_orders
@@ -210,15 +211,26 @@ def race_orders_table(folder: Path) -> str:
 
     bench = load("race_bench", folder)
     grid, record = bench["grid"], bench["race"]["record"]
-    by_rule = set(grid["not_separable_race_rule"])
     values = values_of(load("digits_grid", folder), bench["objective"])
     table = {(c, s): v for c, by_seed in values.items() for s, v in by_seed.items()}
+    chosen = RaceSettings(
+        **{**{k: record[k] for k in ("min_seeds", "max_seeds", "alpha")}, **settings}
+    )
+    race = partial(Race, record["candidates"], settings=chosen)
+    return grid, seed_orders(race, table, grid["seeds"], ORDERS)
+
+
+def race_orders_table(folder: Path) -> str:
+    """The benchmark's race replayed in :data:`ORDERS` seed orders (:func:`order_replays`) with
+    no tolerance: how often its winner is the grid's leader or not separable from it, how often
+    all it leaves is, and the runs it used; with the budget and without."""
+    from collections import Counter
+
+    bench = load("race_bench", folder)
     rows = []
     for budget in (bench["race"]["max_runs"], None):
-        settings = {k: record[k] for k in ("min_seeds", "max_seeds", "alpha")}
-        rule_alone = RaceSettings(max_runs=budget, delta=0.0, **settings)  # no tolerance
-        race = partial(Race, record["candidates"], settings=rule_alone)
-        races = seed_orders(race, table, grid["seeds"], ORDERS)
+        grid, races = order_replays(folder, max_runs=budget, delta=0.0)  # the rule alone
+        by_rule = set(grid["not_separable_race_rule"])
         winners = Counter(r.survivors[0] for r in races)
         runs = np.array([r.runs for r in races])
         rows.append(
@@ -245,27 +257,15 @@ def race_orders_table(folder: Path) -> str:
 
 
 def race_certificate_table(folder: Path) -> str:
-    """The race with a tolerance, replayed on the grid's values in :data:`ORDERS` seed orders
-    (no budget but max_seeds): how often it certifies, how often the advised candidate is within
+    """The race with a tolerance, replayed in :data:`ORDERS` seed orders (:func:`order_replays`;
+    no budget but max_seeds): how often it certifies, how often the advised candidate is within
     delta of the grid's leader by its all-seed validation means, its certificate and its runs."""
-    from functools import partial
+    from experiments.race.race import CERTIFIED, ONE_LEFT
 
-    from experiments.race.race import CERTIFIED, ONE_LEFT, Race, seed_orders
-    from experiments.race.settings import RaceSettings
-
-    bench = load("race_bench", folder)
-    grid, record = bench["grid"], bench["race"]["record"]
-    values = values_of(load("digits_grid", folder), bench["objective"])
-    table = {(c, s): v for c, by_seed in values.items() for s, v in by_seed.items()}
-    means = grid["means"]
     rows = []
     for delta, min_seeds in ((0.0, 3), (1.0, 3), (2.0, 3), (2.0, 2)):
-        settings = RaceSettings(
-            min_seeds=min_seeds, max_seeds=record["max_seeds"], alpha=record["alpha"], delta=delta
-        )
-        races = seed_orders(
-            partial(Race, record["candidates"], settings=settings), table, grid["seeds"], ORDERS
-        )
+        grid, races = order_replays(folder, min_seeds=min_seeds, delta=delta)
+        means = grid["means"]
         runs = np.array([r.runs for r in races])
         loss = np.array([100 * (means[grid["leader"]] - means[r.advised]) for r in races])
         rows.append(
@@ -292,10 +292,23 @@ def race_certificate_table(folder: Path) -> str:
 
 
 def race_headline_table(folder: Path) -> str:
-    """The README's figures: the grid's runs and answer beside the race's."""
-    bench = load("race_bench", folder)
-    grid, race = bench["grid"], bench["race"]
-    left = [s for s in race["survivors"] if s != race["survivors"][0]]
+    """The README's figures: the grid's runs and answer beside the race's by today's rule
+    (:class:`RaceSettings`' defaults, the benchmark's budget), replayed on the grid's values in
+    :data:`ORDERS` seed orders: its mean runs, its winners' shares of the orders, and the most
+    frequent set it could not separate from its winner (with its share)."""
+    from collections import Counter
+
+    from experiments.race.settings import RaceSettings
+
+    budget = load("race_bench", folder)["race"]["max_runs"]
+    grid, races = order_replays(folder, max_runs=budget)
+    runs = np.mean([r.runs for r in races])
+    winners = Counter(r.advised for r in races)
+    left = Counter(frozenset(r.survivors) - {r.advised} for r in races)
+    ((typical, count),) = left.most_common(1)
+    typical_names = sorted(typical, key=lambda name: -grid["means"][name])
+    others = len(races[0].candidates) - 1
+    median = np.median([len(r.survivors) - 1 for r in races])
     rows = [
         [
             f"full grid ({grid['candidates']} strategies × {len(grid['seeds'])} seeds)",
@@ -305,11 +318,13 @@ def race_headline_table(folder: Path) -> str:
             ", ".join(n for n in grid["not_separable_race_rule"] if n != grid["leader"]),
         ],
         [
-            f"race (max_runs={race['max_runs']})",
-            str(race["runs"]),
-            f"{100 * race['runs'] / grid['runs']:.0f}%",
-            race["survivors"][0],
-            ", ".join(left) or "none",
+            f"race by today's rule (max_runs={budget}, delta={RaceSettings.delta:g}), replayed on "
+            f"the grid's values in {ORDERS} seed orders",
+            f"{runs:.1f} (mean)",
+            f"{100 * runs / grid['runs']:.0f}%",
+            ", ".join(f"{n} in {100 * c / ORDERS:.0f}%" for n, c in winners.most_common()),
+            f"{median:g} of the other {others} (median); most often ({100 * count / ORDERS:.0f}% "
+            f"of orders): {', '.join(typical_names) or 'none'}",
         ],
     ]
     header = [
