@@ -145,6 +145,21 @@ def run_overview(
     return str(page.locator("body").inner_text())
 
 
+IN_VIEW = "e => { const r = e.getBoundingClientRect(); return r.top >= 0 && r.top < innerHeight; }"
+PAINTED = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+
+
+def _scroll_into_view(target: Any, tries: int = 20) -> None:
+    """Scroll ``target`` (in the report's iframe) into view, and again until it stays there for
+    two painted frames: the UI can render the iframe anew after it loads, back at its top."""
+    for _ in range(tries):
+        target.scroll_into_view_if_needed()
+        target.evaluate(PAINTED)
+        if target.evaluate(IN_VIEW):
+            return
+    raise TimeoutError(f"{target} does not stay in view")
+
+
 def report_artifact(
     page: Any, base: str, experiment_id: str, run_id: str, screenshot: Path, scroll_to: str
 ) -> tuple[str, int]:
@@ -164,7 +179,7 @@ def report_artifact(
         images.nth(i).evaluate("img => img.complete && img.naturalWidth > 0")
         for i in range(images.count())
     )
-    frame.get_by_text(scroll_to).first.scroll_into_view_if_needed()
+    _scroll_into_view(frame.get_by_text(scroll_to).first)
     text = frame.locator("body").inner_text()
     screenshot.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(screenshot))
@@ -202,7 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("scripts.browser: the parent run has no summary metrics (make report)")
         return 2
     out = Path(args.out)
-    with mlflow_ui(uri, out / "mlflow-ui.log") as base, browser_page(height=1100) as page:
+    # Wide enough for the datasets, source and models columns and every summary metric after them.
+    with mlflow_ui(uri, out / "mlflow-ui.log") as base, browser_page(2400, 1100) as page:
         parent_row(
             page,
             base,
@@ -212,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             [r.info.run_name for r in children][:3],
             out / "mlflow_parent_row.png",
         )
+        page.set_viewport_size({"width": 1600, "height": 1100})
         report_artifact(
             page,
             base,
