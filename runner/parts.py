@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner.checks import accepted_parameters, check_targets
 from runner.config import (
     MODEL_RUNNER_KEYS,
+    POST_HOC_STAGES,
     SUPPLIED,
     EvalConfig,
     TrackingConfig,
@@ -28,6 +29,7 @@ from runner.config import (
     typed,
 )
 from runner.data import LongTailData
+from runner.decoupled import check_post_hoc
 from runner.distributed import check_batch_size, data_parallel
 from runner.errors import UserError
 from runner.evaluation import Evaluation
@@ -166,6 +168,8 @@ def build_parts(cfg: DictConfig) -> Parts:
     if model.unit_input and data.normalize is not None:  # the model standardises itself
         channels = len(data.normalize[0])
         data.normalize = ([0.0] * channels, [1.0] * channels)
+    if trainer.classifier_stage in POST_HOC_STAGES:  # the built split and model: refused now
+        check_post_hoc(model, trainer.classifier_stage, data.val_y)
     frozen = None
     if cfg.model.get("freeze", False):  # the head alone trains, on cached features if it can
         model, data, frozen = freeze(model, data, cfg, device)
