@@ -107,7 +107,7 @@ def test_the_answer_names_the_winner_or_the_survivors_and_every_elimination():
     assert race.stop_reason == MAX_RUNS and race.eliminated_in == {"uniform": 1}
     text = advice.sentence(race, "val/balanced_accuracy")
     assert text.startswith(
-        "use weighted: no candidate is more than 0.01 points better (95%): not within delta=0 "
+        "use weighted: no candidate is more than 0.2 points better (95%): not within delta=0 "
         "points (max_runs reached); weighted leads on val/balanced_accuracy"
     )
     assert "uniform out in round 1 (-15.2 points [" in text

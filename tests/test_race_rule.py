@@ -87,7 +87,7 @@ def test_alpha_is_spent_across_the_rounds_that_can_happen():
 
 def test_a_look_ignores_what_a_seed_does_to_every_candidate():
     """Adding a per-seed effect, shifting and scaling every value changes no decision: the rule
-    is paired (two-way residuals) and scale-free."""
+    is paired (per-pair differences) and scale-free."""
     values = simulated_values((0, -2, -4, -6), 200, seed=3, max_seeds=4)
     alive = np.ones((200, 4), dtype=bool)
     plain = look(values, alive, 0.01)

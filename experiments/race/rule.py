@@ -161,6 +161,22 @@ class Look:
         return self.pair_margin[self.rows, self.leader]
 
 
+def resolution(paired: np.ndarray, alive: np.ndarray) -> np.ndarray:
+    """(B,) the smallest non-zero change of a survivor pair's difference from one seed to
+    another, from ``paired`` (B, K, K, n): at most the step of a discrete objective (an accuracy
+    counts images), far below the noise of a continuous one; like the differences, untouched by
+    what a seed does to every candidate. A pair whose difference is the same on every seed has
+    a sample spread of 0, which says nothing about its noise: two recipes one image apart on
+    every seed would otherwise be separated with certainty. Each pair's spread is floored at
+    this step (0 where no pair's difference changes: nothing shows the step then)."""
+    both = alive[:, :, None] & alive[:, None, :]
+    ordered = np.sort(paired, axis=3)
+    change = np.diff(ordered, axis=3)
+    change = np.where(both[..., None] & (change > 1e-12), change, np.inf)
+    step = change.reshape(len(change), -1).min(axis=1)
+    return np.where(np.isfinite(step), step, 0.0)
+
+
 def look(values: np.ndarray, alive: np.ndarray, level: float) -> Look:
     """Apply the rule once: ``values`` (B, K, n) objective values (higher is better; rows that
     are not alive are ignored and may hold anything finite), ``alive`` (B, K) the survivors,
@@ -173,15 +189,15 @@ def look(values: np.ndarray, alive: np.ndarray, level: float) -> Look:
         raise ValueError(f"a look needs at least 2 seeds, got {n}")
     means = values.mean(axis=2)
     paired = values[:, :, None, :] - values[:, None, :, :]  # (B, K, K, n)
-    pair_se = paired.std(axis=3, ddof=1) / np.sqrt(n)
+    spread = np.maximum(paired.std(axis=3, ddof=1), resolution(paired, alive)[:, None, None])
+    pair_se = spread / np.sqrt(n)
     m = alive.sum(axis=1)
     leader = np.where(alive, means, -np.inf).argmax(axis=1)
     critical = np.full(races, np.inf)
     for size in np.unique(m[m >= 2]):
         critical[m == size] = pair_critical(level, int(size) - 1, n - 1)
     seen = Look(n, level, alive, means, leader, n - 1, pair_se, critical, np.zeros_like(alive))
-    # A difference larger than t * SE; with SE = 0 (the pair's differences are constant) any
-    # strictly lower mean is out.
+    # A difference larger than t * SE (SE at least the objective's resolution over sqrt(n)).
     return replace(seen, eliminated=alive & (-seen.difference > seen.margin) & (m >= 2)[:, None])
 
 

@@ -16,20 +16,15 @@ freedom scaled to variance 1 (heavy tails). **sigma** (``noise_sd``, per candida
 paired difference of two candidates on one seed has SD ``sigma_d = sqrt(2) * sigma``. Means are
 given in units of ``sigma``.
 
-    python -m experiments.race.simulate --out docs/results/race_rule.json
-
-writes the scenario table of :mod:`experiments.race.scenarios` that ``docs/results/race_rule.md``
-shows (``python -m scripts.tables`` renders it).
+The scenarios measured with it, and the command that writes their table, are in
+:mod:`experiments.race.scenarios`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 from scipy.stats import t as t_dist
@@ -220,23 +215,3 @@ def simulate_races(
         tails=tails,
     )
     return run_races(values, settings)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="the JSON artifact to write")
-    parser.add_argument("--races", type=int, default=4000)
-    args = parser.parse_args(argv)
-    from experiments.race.scenarios import SIGMA, all_within, scenario_table
-
-    rows = scenario_table(args.races)
-    used = RaceSettings()
-    header = {"alpha": used.alpha, "min_seeds": used.min_seeds, "max_seeds": used.max_seeds}
-    header |= {"sigma_points": 100 * SIGMA, "delta_points": used.delta}
-    args.out.write_text(json.dumps({**header, "rows": rows}, indent=1) + "\n")
-    print(f"wrote {args.out} ({len(rows)} scenarios, all within alpha + 2 SE: {all_within(rows)})")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
