@@ -195,7 +195,9 @@ def check_targets(cfg: DictConfig) -> None:
     for group, supplied in SUPPLIED.items():
         node = cfg[group]
         if not isinstance(node, DictConfig) or "_target_" not in node:
-            raise config_error(group, f"choose one with {group}=<name> (samplerlab run --help lists them)")
+            raise config_error(
+                group, f"choose one with {group}=<name> (samplerlab run --help lists them)"
+            )
         try:
             target = get_method(node._target_)
         except Exception as err:  # hydra raises ImportError or ValueError variants
