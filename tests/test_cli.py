@@ -20,11 +20,12 @@ def runs_of(uri: str):
     return mlflow.search_runs(experiment_names=["samplerlab"], output_format="list")
 
 
-def test_default_store_is_in_the_project_folder(monkeypatch):
-    from runner.tracking.stores import PROJECT_ROOT, resolve_uri
+def test_default_store_is_in_the_folder_a_run_starts_in(monkeypatch, tmp_path):
+    from runner.tracking.stores import resolve_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert resolve_uri(None) == f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"  # samplerlab ui's too
+    monkeypatch.chdir(tmp_path)
+    assert resolve_uri(None) == f"sqlite:///{tmp_path / 'mlflow.db'}"  # samplerlab ui's too
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////elsewhere.db")
     assert resolve_uri(None) == "sqlite:////elsewhere.db"
     assert resolve_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"

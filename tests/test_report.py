@@ -305,9 +305,9 @@ def test_the_rebuild_commands_are_named_for_the_store_they_are_for():
 
     here = rebuild("abc", project_store())
     assert isinstance(here, Rebuild)
-    assert here.cli == "python -m experiments.report --parent abc"
-    assert here.make == "make report PARENT=abc" and here.ui == "make ui"
+    assert here == Rebuild("samplerlab report --parent abc", "samplerlab ui")
     other = rebuild("abc", "sqlite:///other.db")
-    assert other.cli == "python -m experiments.report --parent abc --uri sqlite:///other.db"
-    assert other.make is None
-    assert other.ui == "mlflow ui --backend-store-uri sqlite:///other.db"
+    assert other.cli == "samplerlab report --parent abc --uri sqlite:///other.db"
+    assert other.ui == "samplerlab ui --uri sqlite:///other.db"
+    server = rebuild("abc", "http://127.0.0.1:5000/")
+    assert server.ui == "open http://127.0.0.1:5000"

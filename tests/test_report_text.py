@@ -48,17 +48,14 @@ def test_the_console_text_names_the_store_it_is_given():
     parent = Run("p" * 32, "7", "sweep-x", "FINISHED", 0, {}, {})
     elsewhere = console_text(report, parent, "sqlite:///other.db").splitlines()
     assert elsewhere[-1] == (
-        f"Rebuild: python -m experiments.report --parent {parent.run_id} --uri sqlite:///other.db"
+        f"Rebuild: samplerlab report --parent {parent.run_id} --uri sqlite:///other.db"
     )
     assert elsewhere[-2].endswith(
-        ": mlflow ui --backend-store-uri sqlite:///other.db, experiment 7, run sweep-x."
+        ": samplerlab ui --uri sqlite:///other.db, experiment 7, run sweep-x."
     )
     here = console_text(report, parent, project_store()).splitlines()
-    assert here[-1] == (
-        f"Rebuild: make report PARENT={parent.run_id}  or  "
-        f"python -m experiments.report --parent {parent.run_id}"
-    )
-    assert here[-2].endswith(": make ui, experiment 7, run sweep-x.")
+    assert here[-1] == f"Rebuild: samplerlab report --parent {parent.run_id}"
+    assert here[-2].endswith(": samplerlab ui, experiment 7, run sweep-x.")
 
 
 @pytest.fixture

@@ -49,22 +49,17 @@ def summary_metrics(report: Report) -> dict[str, float]:
 class Rebuild(NamedTuple):
     """How to rebuild a sweep's report and browse it, in the words of the store it is in."""
 
-    cli: str  # python -m experiments.report --parent ID (--uri URI outside the project store)
-    make: str | None  # make report PARENT=ID; None outside the project store (make knows no URI)
-    ui: str  # make ui, or mlflow ui --backend-store-uri URI
+    cli: str  # samplerlab report --parent ID (--uri URI outside the folder's own store)
+    ui: str  # samplerlab ui (--uri URI), or a tracking server's address
 
 
 def rebuild(parent_run_id: str, uri: str) -> Rebuild:
-    """The commands for the report of ``parent_run_id`` in the store at ``uri`` (resolved)."""
-    from runner.tracking.stores import project_store
+    """The commands for the report of ``parent_run_id`` in the store at ``uri`` (resolved), as
+    a user types them in the folder they ran from."""
+    from runner.tracking.stores import browse_command, project_store
 
-    project = uri == project_store()
-    cli = f"python -m experiments.report --parent {parent_run_id}" + (
-        "" if project else f" --uri {uri}"
-    )
-    make = f"make report PARENT={parent_run_id}" if project else None
-    ui = "make ui" if project else f"mlflow ui --backend-store-uri {uri}"
-    return Rebuild(cli, make, ui)
+    store = "" if uri == project_store() else f" --uri {uri}"
+    return Rebuild(f"samplerlab report --parent {parent_run_id}{store}", browse_command(uri))
 
 
 def publish(uri: str | None, parent_run_id: str, baseline: str | None = None) -> str:
@@ -121,6 +116,6 @@ def console_text(report: Report, parent: Run, uri: str) -> str:
         *([f"  ... {len(said) - 8} more comparisons in the report"] if len(said) > 8 else []),
         f"Report on the parent run (artifacts report.html, report.md, report_plots/; metrics "
         f"summary/*): {commands.ui}, experiment {parent.experiment_id}, run {parent.name}.",
-        f"Rebuild: {commands.make + '  or  ' if commands.make else ''}{commands.cli}",
+        f"Rebuild: {commands.cli}",
     ]
     return "\n".join(lines)

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from runner.errors import EnvironmentFailure, UserError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SQLITE_HEADER = b"SQLite format 3\x00"
 # Tables every MLflow database store has (its schema's version and its experiments).
 MLFLOW_TABLES = {"alembic_version", "experiments"}
@@ -34,18 +33,31 @@ Row = tuple[str, float, int, int]  # a metric: key, value, timestamp (ms), step
 
 def resolve_uri(uri: str | None) -> str:
     """The store to use: ``uri`` when given, else MLflow's own ``MLFLOW_TRACKING_URI`` when set,
-    else the project's sqlite store ``mlflow.db`` in the project folder (what ``make ui`` serves;
-    the launch directory when samplerlab is installed outside its source tree)."""
+    else :func:`project_store`."""
     if uri:
         return uri
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
-    home = PROJECT_ROOT if (PROJECT_ROOT / "pyproject.toml").is_file() else Path.cwd()
-    return f"sqlite:///{home / 'mlflow.db'}"
+    return project_store()
 
 
 def project_store() -> str:
-    return f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
+    """The store of the folder a command starts in: ``mlflow.db`` there (MLflow's own default
+    store, artifacts in ``mlartifacts/`` beside it), what ``samplerlab ui`` started in the same
+    folder serves. Never the folder samplerlab is installed in, a source checkout included: a
+    command started elsewhere writes nothing into it."""
+    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def browse_command(uri: str) -> str:
+    """How a user browses the store at ``uri`` (resolved): ``samplerlab ui`` for the store of
+    the folder they are in, the server's own address for a tracking server, else
+    ``samplerlab ui --uri URI``."""
+    if uri == project_store():
+        return "samplerlab ui"
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri.rstrip('/')}"
+    return f"samplerlab ui --uri {uri}"
 
 
 def store_error(uri: str, problem: str, fix: str, parameter: str = "tracking.uri") -> UserError:
