@@ -11,9 +11,11 @@ that need files or a cluster are composed only.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -164,6 +166,39 @@ def test_every_samplers_example_has_its_test():
 def test_python_block_runs(where, block, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # whatever it writes lands in the test's folder
     exec(compile(block, where, "exec"), {"__name__": "__main__"})
+
+
+def shipped_packages() -> set[str]:
+    """The top-level packages a wheel holds: pyproject's ``packages.find`` includes."""
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    return {pattern.rstrip("*") for pattern in found["find"]["include"]}
+
+
+def checkout_only_modules() -> set[str]:
+    """Top-level modules of the checkout that no install has (tests/, scripts/): an example
+    importing one works only inside the source tree."""
+    names = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    names |= {p.stem for p in ROOT.glob("*.py")}
+    return names - shipped_packages()
+
+
+def test_every_python_example_imports_only_what_an_install_has():
+    """Run in process, the examples would find tests/ and scripts/ on the checkout's path:
+    their imports are read instead, for every block (those other tests run included)."""
+    outside = checkout_only_modules()
+    assert {"tests", "scripts"} <= outside
+    for page in PAGES:
+        for start, block in fenced_at(page.read_text(), "python"):
+            for node in ast.walk(ast.parse(block)):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    where = f"{relative(page)}:{start + node.lineno - 1}"
+                    assert name.split(".")[0] not in outside, f"{where} imports {name}"
 
 
 # ------------------------------------------------------------------ every runner command
