@@ -12,12 +12,12 @@ from omegaconf import DictConfig
 
 
 class PublishReport(Callback):
-    """On ``on_multirun_end``, before :class:`runner.tracking.sweep.SweepCallback` ends the parent run
+    """On ``on_multirun_end``, before :class:`runner.sweeps.callback.SweepCallback` ends the parent run
     (Hydra ends callbacks in reverse order), build the sweep's report and log it onto the parent.
     A report that cannot be built never fails the sweep: the console says how to rebuild it."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from runner.tracking.sweep import open_sweep
+        from runner.sweeps.callback import open_sweep
 
         sweep = open_sweep()
         if sweep is None:

@@ -59,7 +59,7 @@ def main() -> None:
         with stop_on_signals():
             app()
     except BaseException as error:
-        from runner.tracking.sweep import end_open_sweeps
+        from runner.sweeps.callback import end_open_sweeps
 
         end_open_sweeps(error)  # a sweep's parent run never stays RUNNING
         if isinstance(error, Interrupted):

@@ -1,7 +1,7 @@
 """One run, wired: config -> dataset -> sampler -> batches -> model -> metrics -> tracking.
 
 :func:`run` checks the config and the store, finds what ``resume=`` continues, builds the parts
-(:mod:`runner.parts`), opens or reopens the MLflow run, trains (:mod:`runner.fit`) and records
+(:mod:`runner.parts`), opens or reopens the MLflow run, trains (:mod:`runner.train.fit`) and records
 the results (:mod:`runner.results`), and ends the run with the status it earned: FINISHED,
 FAILED, or KILLED when stopped by a signal (checkpointed; ``resume=<run id>`` continues it).
 """
@@ -18,17 +18,17 @@ from omegaconf import DictConfig
 from runner.checks import check_objective
 from runner.distributed import backend, command, from_main, is_main
 from runner.errors import EnvironmentFailure, UserError, explain, is_user_error
-from runner.fit import Diverged, checkpoint_payload
 from runner.parts import Parts, Progress, active_sweeper, build_parts, checkpoint_path, choices
-from runner.prefixes import FORKED_TAG, Entry, fit_sharing, sweep_entry
 from runner.results import RESULT_PREFIXES, record_results, summary_text
 from runner.resume import resume_target, saved_checkpoint, without_client
 from runner.signals import Interrupted, stop_on_signals
-from runner.state import save_checkpoint
+from runner.sweeps.callback import job_parent
+from runner.sweeps.prefixes import FORKED_TAG, Entry, fit_sharing, sweep_entry
 from runner.tracking import Bystander, Recorder, Tracker, start_run
 from runner.tracking.record import environment, system_metrics
 from runner.tracking.stores import StoreLost, bound_http_retries, prepare_store, resolve_uri
-from runner.tracking.sweep import job_parent
+from runner.train.fit import Diverged, checkpoint_payload
+from runner.train.state import save_checkpoint
 
 log = logging.getLogger("runner")
 
@@ -72,7 +72,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
             )
     parts = build_parts(cfg)
     progress = Progress()
-    # A new run of a sweep may fork from the training it shares with others (runner.prefixes).
+    # A new run of a sweep may fork from the training it shares with others (runner.sweeps.prefixes).
     entry = sweep_entry(cfg, parts, job_parent()) if previous is None else None
     forked = int(previous.tags.get(FORKED_TAG, 0)) if previous is not None else 0
     if previous is not None:  # before the run reopens: a checkpoint that fails leaves it as it was

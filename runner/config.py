@@ -28,7 +28,7 @@ OBJECTIVE_SPLITS = ("val", "test", "final")  # final/: the test set's last evalu
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 CONF = Path(__file__).resolve().parent / "conf"  # package data: every config YAML
 # Classifier stages that take no epochs: after the last one, a tau chosen on the validation split
-# (tau-normalisation, post-hoc logit adjustment; runner.decoupled). They train all CE's epochs.
+# (tau-normalisation, post-hoc logit adjustment; runner.train.decoupled). They train all CE's epochs.
 POST_HOC_STAGES = ("tau_norm", "posthoc_la")
 T = TypeVar("T")
 
@@ -223,6 +223,31 @@ REVISED = {
 }
 
 
+# Modules that moved since runs were first fingerprinted, new prefix -> old: a ``_target_`` in a
+# moved module is fingerprinted by its old path, so that runs recorded before the move are still
+# recognised, and a recorded config is read back with the new one (:func:`moved_targets`).
+MOVED_MODULES = {"runner.train.losses.": "runner.losses."}
+
+
+def _renamed(node: Any, renames: dict[str, str]) -> Any:
+    """``node`` with every ``_target_`` starting with a key of ``renames`` given its value."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "_target_" and isinstance(value, str):
+                for new, old in renames.items():
+                    if value.startswith(new):
+                        node[key] = old + value[len(new) :]
+            else:
+                _renamed(value, renames)
+    return node
+
+
+def moved_targets(plain: dict[str, Any]) -> dict[str, Any]:
+    """A recorded config (plain containers) with the targets of moved modules at their new
+    paths (:data:`MOVED_MODULES`), in place."""
+    return _renamed(plain, {old: new for new, old in MOVED_MODULES.items()})  # type: ignore[no-any-return]
+
+
 def resolved(cfg: DictConfig) -> dict[str, Any]:
     """The config with every interpolation resolved, as plain containers."""
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
@@ -246,7 +271,9 @@ def _fingerprint(plain: dict[str, Any]) -> str:
 
 def _settle_for_fingerprint(plain: dict[str, Any], cfg: DictConfig) -> None:
     """Leave out the keys at the behaviour runs had before them, and those that change nothing
-    in ``cfg``; mark the settings whose computation changed (:data:`REVISED`)."""
+    in ``cfg``; mark the settings whose computation changed (:data:`REVISED`); name the targets
+    of moved modules by their old paths (:data:`MOVED_MODULES`)."""
+    _renamed(plain, MOVED_MODULES)
     for key, default in NEUTRAL_DEFAULTS.items():
         if OmegaConf.select(cfg, key) == default:
             _drop(plain, key)

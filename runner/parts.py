@@ -29,17 +29,17 @@ from runner.config import (
     typed,
 )
 from runner.data import LongTailData
-from runner.decoupled import check_post_hoc
 from runner.distributed import check_batch_size, data_parallel
 from runner.errors import UserError
-from runner.evaluation import Evaluation
-from runner.features import FrozenInputs, freeze
-from runner.feeding import place
-from runner.losses import ClassWeightedLoss
 from runner.models import FeatureClassifier
 from runner.models.adopt import as_feature_classifier
-from runner.state import TrainState, build_state
 from runner.tracking.stores import Row
+from runner.train.decoupled import check_post_hoc
+from runner.train.evaluation import Evaluation
+from runner.train.features import FrozenInputs, freeze
+from runner.train.feed import place
+from runner.train.losses import ClassWeightedLoss
+from runner.train.state import TrainState, build_state
 from samplers import Sampler
 
 

@@ -15,9 +15,9 @@ from omegaconf import DictConfig
 from runner.distributed import is_main
 from runner.models import FeatureClassifier, Predictor
 from runner.parts import Parts, Progress
-from runner.state import total_epochs
 from runner.tracking import Recorder
 from runner.tracking.record import class_table, per_class_as_table
+from runner.train.state import total_epochs
 
 RESULT_PREFIXES = ("final/", "val/", "test/", "cost/")
 

@@ -14,11 +14,18 @@ from typing import Any, cast
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import ADDED_DEFAULTS, NEUTRAL_DEFAULTS, RUNTIME_KEYS, RunConfig, config_keys
+from runner.config import (
+    ADDED_DEFAULTS,
+    NEUTRAL_DEFAULTS,
+    RUNTIME_KEYS,
+    RunConfig,
+    config_keys,
+    moved_targets,
+)
 from runner.errors import UserError
 from runner.parts import choices
-from runner.state import load_checkpoint
 from runner.tracking.runs import child_runs, find_run
+from runner.train.state import load_checkpoint
 
 
 def resume_target(cfg: DictConfig, uri: str) -> tuple[DictConfig, PreviousRun | None]:
@@ -36,7 +43,10 @@ def resume_target(cfg: DictConfig, uri: str) -> tuple[DictConfig, PreviousRun | 
         )
     saved = cast(
         DictConfig,
-        OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.create(previous.config)),
+        OmegaConf.merge(
+            OmegaConf.structured(RunConfig),
+            OmegaConf.create(moved_targets(_plain(OmegaConf.create(previous.config)))),
+        ),
     )
     for key in RUNTIME_KEYS:
         OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
@@ -48,6 +58,12 @@ def resume_target(cfg: DictConfig, uri: str) -> tuple[DictConfig, PreviousRun | 
         if isinstance(node, DictConfig) and (name not in node or OmegaConf.is_missing(node, name)):
             node[name] = before
     return saved, previous
+
+
+def _plain(node: DictConfig) -> dict[str, Any]:
+    plain = OmegaConf.to_container(node, resolve=False)
+    assert isinstance(plain, dict)
+    return {str(k): v for k, v in plain.items()}
 
 
 def without_client(

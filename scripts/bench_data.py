@@ -3,7 +3,7 @@ data, in images per second, and the in-memory path's memory per image.
 
 Both sides deliver model-ready batches: read (and decoded), collated, and standardised per
 channel in float32 in the main process with the same function (no model). Our path draws with
-the class-balanced ``weighted`` sampler and reads through ``runner.feeding.Feed`` (the sampler's
+the class-balanced ``weighted`` sampler and reads through ``runner.train.feed.Feed`` (the sampler's
 epoch as the DataLoader's batch sampler, whole-batch reads); the baseline is
 ``DataLoader(dataset, batch_size, shuffle=True, num_workers)``. Data: 32x32 RGB images, 10
 classes, as PNG files in an ImageFolder tree decoded on the fly by the workers (``data=torchvision``
@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from runner.data import Samples, to_model_input, torchvision_lt
-from runner.feeding import Feed, place
+from runner.train.feed import Feed, place
 from samplers import WeightedSampler
 
 

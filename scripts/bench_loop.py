@@ -7,10 +7,10 @@ Data: CIFAR-sized uint8 images (3x32x32) in memory, standardised per channel, au
 * bare step: forward, cross-entropy, backward and SGD step on ready float batches (the same
   images, converted and standardised beforehand, a different batch each step, as a loop reads
   them): the compute any loop has to pay;
-* loop: :func:`runner.fit.train_epoch` as the runner calls it (the sampler's order, the
+* loop: :func:`runner.train.fit.train_epoch` as the runner calls it (the sampler's order, the
   in-memory gather, conversion, augmentation, the loss, per-sample losses back to the sampler,
   the finiteness check, the LR schedule);
-* evaluation: :meth:`runner.feeding.Feed.predict` against a bare forward over the same images.
+* evaluation: :meth:`runner.train.feed.Feed.predict` against a bare forward over the same images.
 
 The loop's non-compute share is ``1 - bare / loop`` per image. Bare and loop measurements
 alternate, ``--repeats`` pairs, and the share is the median over the pairs (with its range), so
@@ -40,11 +40,11 @@ from torch.nn import functional as F
 
 from runner.config import trainer_config
 from runner.data import Augment, augment_batch
-from runner.feeding import Feed
-from runner.fit import train_epoch
-from runner.losses import ClassWeightedLoss
 from runner.models import ResNet32, SmallCNN
-from runner.state import autocast, build_state
+from runner.train.feed import Feed
+from runner.train.fit import train_epoch
+from runner.train.losses import ClassWeightedLoss
+from runner.train.state import autocast, build_state
 from samplers import UniformSampler
 
 print = functools.partial(print, flush=True)  # noqa: A001 - progress shows as it comes

@@ -16,7 +16,7 @@ from runner.checks import check_targets
 from runner.errors import UserError
 from runner.models import MLP, FeatureClassifier, Predictor, ResNet32, SmallCNN
 from runner.parts import build_model
-from runner.state import parameter_groups
+from runner.train.state import parameter_groups
 from tests.conftest import compose_config
 
 QUICK = [

@@ -10,10 +10,10 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from runner.config import CONF, trainer_config
-from runner.fit import train_epoch
-from runner.losses import ClassWeightedLoss
 from runner.models import MLP, ResNet32, SmallCNN
-from runner.state import build_state, start_classifier_stage, total_epochs
+from runner.train.fit import train_epoch
+from runner.train.losses import ClassWeightedLoss
+from runner.train.state import build_state, start_classifier_stage, total_epochs
 from samplers import DeferredSampler
 from tests.helpers.cli import run_cli
 

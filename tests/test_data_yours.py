@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 from runner import data as data_module
 from runner.data import Samples, tensor_file, torchvision_lt
 from runner.data.samples import STATS_SAMPLES
-from runner.feeding import Feed, place
+from runner.train.feed import Feed, place
 from samplers import FixedClassSampler, HardMinedSampler, WeightedSampler
 from tests.conftest import compose_config
 from tests.helpers.bad_files import BLANK_X, BLANK_Y, save_arrays
@@ -252,10 +252,10 @@ def test_in_memory_and_dataloader_paths_give_identical_metrics(tmp_path, migrate
 def test_the_dataloader_path_resumes_mid_epoch_exactly():
 
     from runner.config import trainer_config
-    from runner.fit import train_epoch
-    from runner.losses import ClassWeightedLoss
     from runner.models import SmallCNN
-    from runner.state import build_state
+    from runner.train.fit import train_epoch
+    from runner.train.losses import ClassWeightedLoss
+    from runner.train.state import build_state
 
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (96, 3, 6, 6), generator=g, dtype=torch.uint8)

@@ -14,13 +14,13 @@ from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
 from runner.config import trainer_config
 from runner.data import LongTailData
-from runner.decoupled import ScaledClassifier, linear_classifier, validation_halves
 from runner.errors import UserError
-from runner.feeding import Feed
-from runner.fit import train_epoch
-from runner.losses import ClassWeightedLoss
 from runner.models import SmallCNN
-from runner.state import build_state, start_classifier_stage
+from runner.train.decoupled import ScaledClassifier, linear_classifier, validation_halves
+from runner.train.feed import Feed
+from runner.train.fit import train_epoch
+from runner.train.losses import ClassWeightedLoss
+from runner.train.state import build_state, start_classifier_stage
 from samplers import DeferredSampler
 from tests.conftest import compose_config
 
@@ -303,9 +303,9 @@ def test_a_post_hoc_stage_chooses_tau_on_validation_and_reports_the_changed_clas
 
 
 def _resume_after_training(method: str, run_id: str, checkpoint: dict, path: Path) -> None:
-    from runner.fit import fit
     from runner.parts import Progress, build_parts
     from runner.tracking import Bystander
+    from runner.train.fit import fit
 
     cfg = compose_config([f"+method={method}", *DIGITS])
     parts = build_parts(cfg)

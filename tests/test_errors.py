@@ -239,9 +239,9 @@ def test_the_runners_exceptions_cross_process_boundaries():
     import signal
 
     from runner.errors import UserError
-    from runner.fit import Diverged
     from runner.signals import Interrupted
     from runner.tracking import StoreLost
+    from runner.train.fit import Diverged
 
     lost = StoreLost.during(
         "http://127.0.0.1:9", "logging metrics", OSError("refused"), [("a", 1.0, 2, 3)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runner.evaluation import evaluate, shot_groups
+from runner.train.evaluation import evaluate, shot_groups
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 

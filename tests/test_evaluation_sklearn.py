@@ -19,7 +19,7 @@ from sklearn.metrics import (
     precision_recall_fscore_support,
 )
 
-from runner.evaluation import Evaluation, evaluate
+from runner.train.evaluation import Evaluation, evaluate
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 

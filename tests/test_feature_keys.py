@@ -17,10 +17,10 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from runner.data import LongTailData
-from runner.features import freeze
-from runner.feeding import place
 from runner.models.source import code_digest
 from runner.parts import build, build_model
+from runner.train.features import freeze
+from runner.train.feed import place
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit

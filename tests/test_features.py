@@ -13,12 +13,12 @@ from torch import nn
 
 from runner.config import CONF
 from runner.data import LongTailData
-from runner.features import FrozenBackbone, freeze
-from runner.feeding import place
 from runner.locks import turn
 from runner.models import FeatureClassifier
 from runner.parts import build, build_model
 from runner.tracking.record import digest_of
+from runner.train.features import FrozenBackbone, freeze
+from runner.train.feed import place
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit

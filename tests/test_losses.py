@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from runner.losses import ClassWeightedLoss, LDAMLoss, LogitAdjustedLoss, rule_weights
+from runner.train.losses import ClassWeightedLoss, LDAMLoss, LogitAdjustedLoss, rule_weights
 from samplers import HybridSampler
 
 pytestmark = pytest.mark.unit  # in one process, seconds

@@ -16,8 +16,8 @@ from torch.nn import functional as F
 from runner.config import CONF
 from runner.data.cut import long_tail_counts
 from runner.errors import UserError
-from runner.losses import ClassWeightedLoss, SigmoidFocalLoss
 from runner.parts import build
+from runner.train.losses import ClassWeightedLoss, SigmoidFocalLoss
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 

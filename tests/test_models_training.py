@@ -52,9 +52,9 @@ def test_short_training_beats_chance(model, data, floor, tracking_uri):
 def test_train_epoch_gathers_batches_in_sampler_order_and_feeds_losses_back():
 
     from runner.config import trainer_config
-    from runner.fit import train_epoch
-    from runner.losses import ClassWeightedLoss
-    from runner.state import build_state
+    from runner.train.fit import train_epoch
+    from runner.train.losses import ClassWeightedLoss
+    from runner.train.state import build_state
     from samplers import HardMinedSampler
 
     torch.manual_seed(0)
@@ -77,9 +77,9 @@ def test_train_state_round_trip_resumes_exactly():
 
     from runner.config import trainer_config
     from runner.data import Augment
-    from runner.fit import train_epoch
-    from runner.losses import ClassWeightedLoss
-    from runner.state import build_state
+    from runner.train.fit import train_epoch
+    from runner.train.losses import ClassWeightedLoss
+    from runner.train.state import build_state
     from samplers import HardMinedSampler
 
     x, y = (

@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch import nn
 
-from runner.decoupled import ClassifierInputs, TauChoice, choose_adjustment, choose_tau
-from runner.feeding import Feed
 from runner.models import FeatureClassifier
-from runner.state import autocast
+from runner.train.decoupled import ClassifierInputs, TauChoice, choose_adjustment, choose_tau
+from runner.train.feed import Feed
+from runner.train.state import autocast
 
 pytestmark = pytest.mark.unit
 
@@ -58,7 +58,7 @@ def _feed(device: torch.device, stored: str) -> tuple[Feed, np.ndarray]:
 
 def _full_forward(model: nn.Module, feed: Feed, device: torch.device) -> Callable[[], np.ndarray]:
     """The computation the stages made before: the whole model's prediction, backbone
-    included, at every tau (runner.fit's _predict)."""
+    included, at every tau (runner.train.fit's _predict)."""
 
     def predict() -> np.ndarray:
         with autocast(device):

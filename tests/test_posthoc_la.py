@@ -10,7 +10,7 @@ import pytest
 import torch
 from sklearn.metrics import balanced_accuracy_score
 
-from runner.decoupled import TAU_GRID, balanced_accuracy, choose_adjustment, validation_halves
+from runner.train.decoupled import TAU_GRID, balanced_accuracy, choose_adjustment, validation_halves
 from tests.test_tau_norm_selection import (
     Z,
     _above_zero,

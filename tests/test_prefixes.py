@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from runner.locks import beat, turn
 from runner.parts import build_parts
-from runner.prefixes import FORKED_TAG, declared_prefix
+from runner.sweeps.prefixes import FORKED_TAG, declared_prefix
 from tests.conftest import compose_config
 from tests.helpers.cli import run_cli
 

@@ -15,8 +15,8 @@ from experiments.race.settings import RaceSettings
 from runner.app import failure_reason
 from runner.config import CONF
 from runner.errors import UserError
-from runner.fit import Diverged
 from runner.tracking import StoreLost
+from runner.train.fit import Diverged
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def diverged(epoch: int) -> UserError:
-    """What the runner raises when a job's loss turns non-finite (``runner.fit``)."""
+    """What the runner raises when a job's loss turns non-finite (``runner.train.fit``)."""
     try:
         raise UserError("loss=ldam: the training loss became non-finite\nuse a cosine head") from (
             Diverged(epoch - 1, 1, 2.5)
@@ -145,7 +145,7 @@ def test_failures_the_configuration_is_to_blame_for_and_crashes():
 def test_a_full_disk_is_not_the_configurations_failure(tmp_path):
     """A checkpoint that cannot be written fails the run, but a resumed sweep must run that job
     again once there is space: no failure is recorded for it."""
-    from runner.state import save_checkpoint
+    from runner.train.state import save_checkpoint
 
     (tmp_path / "checkpoint.pt").mkdir()  # the file cannot be written where a folder stands
     with pytest.raises(UserError) as unwritable:

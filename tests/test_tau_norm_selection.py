@@ -13,15 +13,15 @@ import pytest
 import torch
 from sklearn.metrics import balanced_accuracy_score
 
-from runner.decoupled import (
+from runner.errors import UserError
+from runner.tracking import Bystander
+from runner.train.decoupled import (
     TAU_GRID,
     balanced_accuracy,
     choose_tau,
     tau_normalised,
     validation_halves,
 )
-from runner.errors import UserError
-from runner.tracking import Bystander
 from tests.conftest import compose_config
 
 # One-sided bound on a mean of independent paired differences whose expectation is 0: the mean
@@ -166,9 +166,9 @@ NOISE = [
 def _objective(method: str, seed: int, tmp: Path) -> tuple[float, dict[str, float]]:
     """The race's objective of one real run (``runner.results.objective`` on what the run
     returns) and the metrics it logged."""
-    from runner.fit import fit
     from runner.parts import Progress, build_parts
     from runner.results import objective, record_results
+    from runner.train.fit import fit
 
     cfg = compose_config([f"+method={method}", *NOISE, f"data.data_seed={seed}", f"seed={seed}"])
     parts, progress, recorder = build_parts(cfg), Progress(), _Kept(method)

@@ -40,9 +40,9 @@ def log_advised_model(
 
     from runner.parts import build_parts
     from runner.results import _predictor
-    from runner.state import load_checkpoint, total_epochs
     from runner.tracking import Tracker
     from runner.tracking.runs import child_runs
+    from runner.train.state import load_checkpoint, total_epochs
 
     uri, parent_id = where
     seed = best_seed(race)

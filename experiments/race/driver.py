@@ -135,7 +135,7 @@ def check_candidates(plan: Plan, check: Callable[[list[str]], None]) -> None:
 
 def parent_of(callbacks: Any) -> tuple[str, str] | None:
     """(store URI, parent run id) of the sweep, from the callback that opened the parent run
-    (runner.tracking.sweep.SweepCallback keeps them as ``uri`` and ``parent_run_id``)."""
+    (runner.sweeps.callback.SweepCallback keeps them as ``uri`` and ``parent_run_id``)."""
     for callback in getattr(callbacks, "callbacks", None) or []:
         uri, parent = getattr(callback, "uri", None), getattr(callback, "parent_run_id", None)
         if uri and parent:
@@ -230,13 +230,13 @@ def epochs_trained(
     """The epochs of training behind the race's values: each job that returned one counts the
     epochs its run trained itself, its ``cost/epochs_trained`` in ``runs`` (config key ->
     metrics, :func:`experiments.race.advice.finished_runs`): the epochs it forked from another
-    job's shared prefix (:mod:`runner.prefixes`) are that job's. A run without the metric
+    job's shared prefix (:mod:`runner.sweeps.prefixes`) are that job's. A run without the metric
     (recorded before it, or no store) counts all its epochs; one a resumed race got back from
     an earlier sweep counts what it trained then. A failed job's epochs are not counted (where
     it stopped is not returned to the sweeper)."""
     from hydra.core.utils import JobStatus
 
-    from runner.state import total_epochs
+    from runner.train.state import total_epochs
 
     return sum(
         int(

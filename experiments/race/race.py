@@ -140,7 +140,7 @@ class Race:
         if self.done:
             return []
         if not self.rounds:  # seed by seed: runs that share training with another on a seed
-            # (runner.prefixes) find it, or say what they want of it, before the next seed's run
+            # (runner.sweeps.prefixes) find it, or say what they want of it, before the next seed's run
             return [(c, s) for s in self.seeds[: self.min_seeds] for c in self.candidates]
         alive, n = self.survivors, self.seeds_used
         if len(alive) == 1:

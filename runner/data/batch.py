@@ -1,6 +1,6 @@
 """One batch on its way to the model: converted (uint8 images standardised per channel) and
 augmented (random crop after zero padding, horizontal flip), the same operations whichever way
-the batch came (:mod:`runner.feeding`)."""
+the batch came (:mod:`runner.train.feed`)."""
 
 from __future__ import annotations
 

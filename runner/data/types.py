@@ -20,7 +20,7 @@ class Augment:
 
 @dataclass
 class Feeding:
-    """How the samples reach the model (see :mod:`runner.feeding`): ``in_memory`` None chooses
+    """How the samples reach the model (see :mod:`runner.train.feed`): ``in_memory`` None chooses
     by the memory budget (``memory_budget_gb`` None: a quarter of the available memory);
     ``num_workers`` None: 0 for tensors, up to 4 for datasets that decode."""
 

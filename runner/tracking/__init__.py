@@ -8,7 +8,7 @@
   children, context tags);
 * :mod:`~runner.tracking.stores`: the store a run writes to (resolving and checking its URI,
   bounded waits, what a lost store raises);
-* :mod:`~runner.tracking.sweep`: a multirun's parent run (the Hydra callback);
+* :mod:`~runner.sweeps.callback`: a multirun's parent run (the Hydra callback);
 * :mod:`~runner.tracking.server`: the shared ``mlflow server`` on PostgreSQL (``python -m
   runner.tracking.server``).
 

@@ -3,7 +3,7 @@ to resume.
 
 A run records the flattened resolved config as params, tags that make runs easy to filter, one
 ``log_batch`` per epoch (per-value ``log_metric`` costs 5-12 ms on sqlite), and artifacts. In a
-Hydra multirun (:mod:`runner.tracking.sweep`) every run is the nested child of the sweep's parent run.
+Hydra multirun (:mod:`runner.sweeps.callback`) every run is the nested child of the sweep's parent run.
 """
 
 from __future__ import annotations

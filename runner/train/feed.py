@@ -210,7 +210,7 @@ class Feed:
             and self.normalize is None
             and self.memory.dtype == torch.float32
         ):
-            from runner.evaluation import predict
+            from runner.train.evaluation import predict
 
             return predict(model, self.memory, batch_size)
         chunks: Iterator[torch.Tensor]

@@ -73,7 +73,7 @@ class SweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.parent_run_id and self.uri:
             finish(self.uri, self.parent_run_id)
-            from runner.prefixes import cache_root, remove_sweep_cache  # imports torch
+            from runner.sweeps.prefixes import cache_root, remove_sweep_cache  # imports torch
 
             remove_sweep_cache(cache_root(config), self.parent_run_id)
 

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from runner.config import TrainerConfig
-from runner.decoupled import scale_classifier
 from runner.distributed import DataParallel, is_main
 from runner.errors import EnvironmentFailure, UserError
+from runner.train.decoupled import scale_classifier
 from samplers import Sampler
 
 
@@ -237,7 +237,7 @@ def start_classifier_stage(state: TrainState) -> None:
       own ``reset_parameters`` (torch's default for a linear layer) and trains alone;
     - ``scale`` (LWS): the classifier keeps its weights, frozen, and is wrapped so that its
       logits are scaled per class by learnable factors, initially 1, the only parameters that
-      train (:func:`runner.decoupled.scale_classifier`).
+      train (:func:`runner.train.decoupled.scale_classifier`).
 
     A fresh SGD (same momentum and weight decay) starts at ``classifier_lr`` (default ``lr``)
     and follows a cosine to zero over ``classifier_epochs``. The sampler decides what the stage
@@ -250,7 +250,7 @@ def start_classifier_stage(state: TrainState) -> None:
     re-estimates the frozen backbone's BatchNorm running statistics on the stage's batches
     (class-balanced), and runs any dropout; ``eval`` keeps stage one's statistics and no
     dropout. A backbone frozen by ``model.freeze`` stays in eval mode either way
-    (:class:`runner.features.FrozenBackbone`), its features cached or not."""
+    (:class:`runner.train.features.FrozenBackbone`), its features cached or not."""
     cfg, model = state.config, state.model
     classifier = model.classifier
     assert isinstance(classifier, torch.nn.Module), "a classifier stage needs model.classifier"

@@ -34,12 +34,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner import cache_dirs
 from runner.config import CONF, POST_HOC_STAGES, config_key
-from runner.fit import checkpoint_payload, fit
 from runner.locks import beat, turn
-from runner.losses import ClassWeightedLoss
 from runner.parts import Parts, Progress
-from runner.state import load_checkpoint, save_checkpoint, total_epochs
 from runner.tracking import Recorder
+from runner.train.fit import checkpoint_payload, fit
+from runner.train.losses import ClassWeightedLoss
+from runner.train.state import load_checkpoint, save_checkpoint, total_epochs
 from samplers import DeferredSampler, Sampler, UniformSampler
 
 log = logging.getLogger("runner")
@@ -188,7 +188,7 @@ def fit_sharing(
     path: Path,
     logged_through: int = 0,
 ) -> int:
-    """:func:`runner.fit.fit`, its prefix taken from or trained for the jobs of its sweep that
+    """:func:`runner.train.fit.fit`, its prefix taken from or trained for the jobs of its sweep that
     share it (``entry``; None: trained alone). Returns the epochs forked from a snapshot."""
     if entry is None:
         fit(parts, recorder, progress, path, logged_through)

@@ -5,7 +5,7 @@ on the representation and classifier that instance-balanced training learnt.
 LWS (``trainer.classifier_stage=scale``): the trained classifier is kept and frozen, and its
 logits are multiplied per class by a learnable scale f_j, initially 1 (:class:`ScaledClassifier`,
 the reference implementation's ``logits * scales``): w_j <- f_j w_j, bias included. The scales
-are all that the classifier stage trains (:func:`runner.state.start_classifier_stage`).
+are all that the classifier stage trains (:func:`runner.train.state.start_classifier_stage`).
 
 tau-normalisation (``trainer.classifier_stage=tau_norm``): after training, with no further
 epochs, every class weight of the linear classifier becomes w_j / ||w_j||^tau

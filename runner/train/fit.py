@@ -2,7 +2,7 @@
 checkpoints, and what each epoch records.
 
 Batches are gathered by index from memory (on the device when there is one) or read through a
-DataLoader (:mod:`runner.feeding`); per-sample losses go back to the sampler at the end of each
+DataLoader (:mod:`runner.train.feed`); per-sample losses go back to the sampler at the end of each
 epoch. Signals are held until a batch ends (:mod:`runner.signals`), so a checkpoint is always
 taken from a consistent state. MLflow steps are the epoch numbers the console prints
 (1 = after the first epoch; 0 holds the data's class counts)."""
@@ -23,7 +23,12 @@ from tqdm import tqdm
 
 from runner.config import POST_HOC_STAGES
 from runner.data import Augment, augment_batch
-from runner.decoupled import (
+from runner.errors import UserError
+from runner.parts import Parts, Progress
+from runner.signals import raise_if_stopped, stop_on_signals
+from runner.tracking import Recorder
+from runner.tracking.record import class_table, per_class_as_table
+from runner.train.decoupled import (
     ClassifierInputs,
     TauChoice,
     check_post_hoc,
@@ -31,13 +36,10 @@ from runner.decoupled import (
     choose_tau,
     linear_classifier,
 )
-from runner.errors import UserError
-from runner.evaluation import Evaluation, evaluate
-from runner.feeding import Feed
-from runner.losses import LDAMLoss
-from runner.parts import Parts, Progress
-from runner.signals import raise_if_stopped, stop_on_signals
-from runner.state import (
+from runner.train.evaluation import Evaluation, evaluate
+from runner.train.feed import Feed
+from runner.train.losses import LDAMLoss
+from runner.train.state import (
     TrainState,
     autocast,
     batches_per_epoch,
@@ -45,8 +47,6 @@ from runner.state import (
     start_classifier_stage,
     total_epochs,
 )
-from runner.tracking import Recorder
-from runner.tracking.record import class_table, per_class_as_table
 from samplers import Sampler, sampling_stats
 
 log = logging.getLogger("runner")
@@ -84,7 +84,7 @@ def train_epoch(
 ) -> EpochResult:
     """Epoch ``state.epoch`` in the sampler's order, from batch ``state.batch`` on (a restored
     mid-epoch state continues where it stopped); hands per-sample losses back to the sampler.
-    ``train_x`` is a tensor (gathered in memory) or a :class:`runner.feeding.Feed` (in memory or
+    ``train_x`` is a tensor (gathered in memory) or a :class:`runner.train.feed.Feed` (in memory or
     through a DataLoader); ``train_y`` lies on the device the model trains on.
 
     ``on_batch`` runs after every batch, when the state is consistent: a checkpoint taken
@@ -336,7 +336,7 @@ def _scored(parts: Parts, y: np.ndarray, predictions: np.ndarray) -> Evaluation:
 def _post_hoc(parts: Parts, val_x: Feed | None) -> TauChoice:
     """Tau-normalise (``tau_norm``) or logit-adjust (``posthoc_la``, by the training class
     frequencies) the trained classifier with the tau the validation split chooses, and cross-fit
-    the validation predictions (:func:`runner.decoupled.cross_fit`): the last evaluation's
+    the validation predictions (:func:`runner.train.decoupled.cross_fit`): the last evaluation's
     validation metrics are made from those, never from a tau chosen on the row it predicts. Run
     once, when the last epoch has trained and before it is evaluated, so that the last
     evaluation, the final metrics, the last checkpoint and the logged model are the changed

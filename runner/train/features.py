@@ -39,11 +39,11 @@ from runner.config import MODEL_RUNNER_KEYS
 from runner.data import LongTailData
 from runner.distributed import is_main
 from runner.errors import UserError
-from runner.feeding import Feed
 from runner.locks import turn
 from runner.models import FeatureClassifier
 from runner.models.source import UnreadableCode, code_digest
-from runner.state import autocast
+from runner.train.feed import Feed
+from runner.train.state import autocast
 
 # Of the cache files (3: keyed by the inputs fed); a file of another format is computed again.
 # Bump it whenever what extract() computes for the same key changes: the file layout, and also
