@@ -201,43 +201,52 @@ def _tensor(x: Any) -> Any:
     return torch.as_tensor(x) if isinstance(x, np.ndarray) else x
 
 
-_SHARED = {f.name: (LongTailCut, f) for f in dataclasses.fields(LongTailCut)} | {
-    f.name: (Feeding, f) for f in dataclasses.fields(Feeding)
-}
-
-
-def long_tail_source(**defaults: Any) -> Callable[[F], Callable[..., LongTailData]]:
-    """Give a source the parameters every source has: the cut's (:class:`LongTailCut`) and the
-    feeding's (:class:`Feeding`), keyword-only, with this source's ``defaults`` where they
-    differ from those classes'. The decorated function takes ``cut`` and ``feeding``; its
-    signature, which the config check and Hydra read, lists every parameter as its own."""
-    unknown = set(defaults) - set(_SHARED)
+def shared_source(
+    *kinds: type, **defaults: Any
+) -> Callable[[Callable[..., LongTailData]], Callable[..., LongTailData]]:
+    """Give a source the parameters of the dataclasses ``kinds`` (the cut's and the feeding's),
+    keyword-only, with this source's ``defaults`` where they differ from those classes'. The
+    decorated function takes one instance of each as ``cut`` and ``feeding`` (the first kind is
+    the cut); its signature, which the config check and Hydra read, lists every parameter as
+    its own."""
+    shared = {f.name: (kind, f) for kind in kinds for f in dataclasses.fields(kind)}
+    unknown = set(defaults) - set(shared)
     assert not unknown, f"not a shared parameter: {sorted(unknown)}"
+    cut_kind, feeding_kind = kinds
 
-    def decorate(source: F) -> Callable[..., LongTailData]:
+    def decorate(source: Callable[..., LongTailData]) -> Callable[..., LongTailData]:
         own = inspect.signature(source)
-        shared = [
+        parameters = [p for p in own.parameters.values() if p.name not in ("cut", "feeding")]
+        added = [
             inspect.Parameter(
                 name,
                 inspect.Parameter.KEYWORD_ONLY,
                 default=defaults.get(name, spec.default),
                 annotation=spec.type,
             )
-            for name, (_, spec) in _SHARED.items()
+            for name, (_, spec) in shared.items()
         ]
-        parameters = [p for p in own.parameters.values() if p.name not in ("cut", "feeding")]
 
         @functools.wraps(source)
         def with_shared(*args: Any, **kwargs: Any) -> LongTailData:
             given = {
                 name: kwargs.pop(name, defaults.get(name, spec.default))
-                for name, (_, spec) in _SHARED.items()
+                for name, (_, spec) in shared.items()
             }
-            cut = LongTailCut(**{k: v for k, v in given.items() if _SHARED[k][0] is LongTailCut})
-            feeding = Feeding(**{k: v for k, v in given.items() if _SHARED[k][0] is Feeding})
+
+            def of(kind: type) -> dict[str, Any]:
+                return {k: v for k, v in given.items() if shared[k][0] is kind}
+
+            cut, feeding = cut_kind(**of(cut_kind)), feeding_kind(**of(feeding_kind))
             return source(*args, cut=cut, feeding=feeding, **kwargs)
 
-        with_shared.__signature__ = own.replace(parameters=parameters + shared)  # type: ignore[attr-defined]
+        with_shared.__signature__ = own.replace(parameters=parameters + added)  # type: ignore[attr-defined]
         return with_shared
 
     return decorate
+
+
+def long_tail_source(**defaults: Any) -> Callable[[F], Callable[..., LongTailData]]:
+    """:func:`shared_source` with the long-tail cut's parameters (:class:`LongTailCut`) and the
+    feeding's (:class:`Feeding`)."""
+    return shared_source(LongTailCut, Feeding, **defaults)

@@ -47,6 +47,12 @@ def _stratified_split(
 def _check_labels(y: Any, name: str, where: str, length: int) -> np.ndarray:
     """1-D integer labels 0..C-1, one per sample."""
     array = y.numpy() if torch.is_tensor(y) else np.asarray(y)
+    if array.ndim == 2:
+        raise ValueError(
+            f"{where}: {name} is a {tuple(array.shape)} matrix; one class id per sample is a "
+            f"1-D vector, and an (N, C) 0/1 label matrix (multi-label) is read by "
+            f"data=multilabel_file"
+        )
     if array.ndim != 1 or not (
         np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.bool_)
     ):
@@ -73,14 +79,15 @@ def _check_present(labels: np.ndarray, name: str, where: str) -> None:
         )
 
 
-def _class_names(names: Any, num_classes: int, where: str) -> list[str]:
+def named_classes(names: Any, num_classes: int, where: str) -> list[str]:
+    """The given names, one per class, or ``class_<c>``."""
     if names is None:
         return [f"class_{c}" for c in range(num_classes)]
     names = [str(n) for n in (names.tolist() if hasattr(names, "tolist") else names)]
     if len(names) != num_classes:
         raise ValueError(
-            f"{where}: class_names has {len(names)} names for {num_classes} classes "
-            f"(labels 0..{num_classes - 1}); give one name per class or leave it out"
+            f"{where}: class_names has {len(names)} names for {num_classes} classes; give "
+            f"one name per class or leave it out"
         )
     return names
 
@@ -116,7 +123,7 @@ def _finish(
     )
 
 
-def _load_tensor_file(path: Path, where: str) -> dict[str, Any]:
+def load_tensor_file(path: Path, where: str) -> dict[str, Any]:
     """The file's arrays by key: an ``.npz`` read with numpy (no pickles), a ``.pt`` dict of
     tensors read memory-mapped where the format allows (torch.save's zip format)."""
     suffix = path.suffix.lower()
@@ -157,7 +164,27 @@ def _load_tensor_file(path: Path, where: str) -> dict[str, Any]:
     raise ValueError(f"{where}: unknown file type {suffix or '(none)'}; use a .npz or .pt file")
 
 
-def _features(array: Any, key: str, where: str) -> torch.Tensor:
+def read_tensor_file(path: str, where: str, labels: str) -> dict[str, Any]:
+    """The arrays of the file at ``path`` (``data.path``), which must hold ``x`` and ``y``
+    (``labels`` says what ``y`` holds), and ``x_test`` with ``y_test`` or neither."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"{where}: no such file; point data.path at an .npz or .pt file with x and y"
+        )
+    arrays = load_tensor_file(file, where)
+    missing = [k for k in ("x", "y") if k not in arrays]
+    if missing:
+        raise ValueError(
+            f"{where}: missing key(s) {missing} (found {sorted(arrays)}); save x (samples) "
+            f"and y ({labels}), optionally x_test, y_test and class_names"
+        )
+    if ("x_test" in arrays) != ("y_test" in arrays):
+        raise ValueError(f"{where}: has one of x_test and y_test; give both or neither")
+    return arrays
+
+
+def features_tensor(array: Any, key: str, where: str) -> torch.Tensor:
     x = torch.from_numpy(array) if isinstance(array, np.ndarray) else array
     if not torch.is_tensor(x) or x.dim() < 2:
         shape = tuple(getattr(x, "shape", ()))
@@ -187,22 +214,9 @@ def tensor_file(
     seeded by ``data_seed``) and ``class_names``. ``x`` is float features or uint8 images
     (N, C, H, W) or (N, H, W), which are standardised per channel one batch at a time.
     ``imbalance_factor`` None keeps the data's own imbalance."""
-    file = Path(path).expanduser()
     where = f"data.path={path!r}"
-    if not file.is_file():
-        raise FileNotFoundError(
-            f"{where}: no such file; point data.path at an .npz or .pt file with x and y"
-        )
-    arrays = _load_tensor_file(file, where)
-    missing = [k for k in ("x", "y") if k not in arrays]
-    if missing:
-        raise ValueError(
-            f"{where}: missing key(s) {missing} (found {sorted(arrays)}); save x (samples) "
-            f"and y (integer labels), optionally x_test, y_test and class_names"
-        )
-    if ("x_test" in arrays) != ("y_test" in arrays):
-        raise ValueError(f"{where}: has one of x_test and y_test; give both or neither")
-    x = _features(arrays["x"], "x", where)
+    arrays = read_tensor_file(path, where, "integer labels")
+    x = features_tensor(arrays["x"], "x", where)
     held = "training samples" if "x_test" in arrays else "training and test samples"
     check_finite(x, "x", where, held)
     y = _check_labels(arrays["y"], "y", where, len(x))
@@ -212,7 +226,7 @@ def tensor_file(
     _check_present(y, "y", where)
     train = Samples(x)
     if "x_test" in arrays:
-        x_test = _features(arrays["x_test"], "x_test", where)
+        x_test = features_tensor(arrays["x_test"], "x_test", where)
         check_finite(x_test, "x_test", where, "test samples")
         y_test = _check_labels(arrays["y_test"], "y_test", where, len(x_test))
         if y_test.size and y_test.max() >= num_classes:
@@ -231,7 +245,7 @@ def tensor_file(
         name="tensor_file",
         train=(train, train_y),
         test=(test, test_y),
-        class_names=_class_names(names, num_classes, where),
+        class_names=named_classes(names, num_classes, where),
         augment=Augment(crop_padding, flip),
         cut=cut,
         feeding=feeding,
@@ -301,13 +315,13 @@ def torchvision_lt(
     _check_present(train_y, "its labels", where)
     read = ReadImage(image_size)
     train = Samples(train_set, read=read)
-    _check_sample(train, where)
+    check_sample(train, where)
     if test is not None:
         test_node = OmegaConf.merge(node, test)
         test_set = _instantiate(test_node, "data.test")
         test_y = _dataset_labels(test_set, "data.test")
         test_samples = Samples(test_set, read=read)
-        _check_sample(test_samples, "data.test")
+        check_sample(test_samples, "data.test")
         train_classes, test_classes = (getattr(d, "classes", None) for d in (train_set, test_set))
         if (
             train_classes is not None
@@ -332,7 +346,7 @@ def torchvision_lt(
         name="torchvision",
         train=(train, train_y),
         test=(test_samples, test_y),
-        class_names=_class_names(classes, num_classes, where),
+        class_names=named_classes(classes, num_classes, where),
         augment=Augment(crop_padding, flip),
         cut=cut,
         feeding=feeding,
@@ -340,7 +354,7 @@ def torchvision_lt(
     )
 
 
-def _check_sample(samples: Samples, where: str) -> None:
+def check_sample(samples: Samples, where: str) -> None:
     """Read the first sample now, so that a dataset that cannot be read fails before training."""
     try:
         sample = samples.sample
