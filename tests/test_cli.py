@@ -1,4 +1,5 @@
-"""`python -m runner` as a user runs it: real subprocesses, real Hydra multiruns, MLflow reads."""
+"""`python -m runner` as a user runs it: in process, a fresh interpreter for the default run and
+for launchers whose jobs are other processes; real Hydra multiruns, MLflow reads."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from runner.extras import installed
 from tests.helpers.cli import run_cli
 
-pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
+pytestmark = pytest.mark.slow  # the CLI end to end, training
 
 QUICK = ["trainer.epochs=2", "tracking.plots=false", "tracking.log_model=false"]
 
@@ -102,6 +103,7 @@ def test_sweep_under_other_launchers_joins_the_parent(launcher, tmp_path, tracki
         cwd=tmp_path,
         uri=tracking_uri,
         multirun=True,
+        fresh=True,  # the launcher starts the jobs' processes from a real one
     )
     runs = runs_of(tracking_uri)
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -129,6 +131,7 @@ def test_a_failed_job_fails_its_run_and_the_parent(tmp_path, tracking_uri, launc
         uri=tracking_uri,
         multirun=True,
         expect=2,
+        fresh=launcher != "basic",  # joblib's jobs: processes of their own
     )
     assert "trainer.lr=1e+30: the training loss became non-finite" in done.stderr, done.stderr
     runs = runs_of(tracking_uri)

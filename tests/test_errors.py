@@ -1,13 +1,12 @@
 """Bad inputs answer in one or two lines before any training, against a real sqlite store:
-through the real CLI for every kind of mistake, the rest through the same composition, checks
-and run in one process; a bug keeps its traceback."""
+every kind of mistake through the real CLI (in this process: the same parsing, checks, run and
+error printing); a bug keeps its traceback."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +17,9 @@ from PIL import Image
 from tests.helpers.bad_files import bad_file_cases
 from tests.helpers.cli import run_cli
 
-pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
+pytestmark = pytest.mark.slow  # the CLI end to end, training
 
-# Every case, through the CLI or in process: one short epoch, nothing slow recorded.
+# Every case: one short epoch, nothing slow recorded.
 SHORT = ["trainer.epochs=1", "trainer.progress=false", "tracking.log_model=false"]
 
 
@@ -39,8 +38,7 @@ def _write_images(root: Path, layout: dict[str, dict[str, int]], size: int = 8) 
 
 @pytest.fixture(scope="module")
 def bad_inputs(tmp_path_factory, migrated_store):
-    """Every case run once against one store: through the CLI (two at a time), or the same
-    composition, checks and run in this process."""
+    """Every case run once against one store, through the CLI (in this process)."""
     tmp = tmp_path_factory.mktemp("bad")
     db = tmp / "mlflow.db"
     shutil.copy(migrated_store, db)
@@ -61,10 +59,7 @@ def bad_inputs(tmp_path_factory, migrated_store):
     Image.fromarray(np.zeros((9, 9, 3), np.uint8)).save(mixed / "test" / "b" / "001.png")
     image = ["data=image_folder_lt", "model=small_cnn", f"data.cache_dir={tmp / 'cache'}"]
     files = bad_file_cases(tmp)
-    # Through the CLI: Hydra's composition, one value of each kind, non-finite data, every
-    # store, divergence (a FAILED run) and resume. The rest go through the same checks in this
-    # process (:func:`_in_process`): the CLI prints the same message for every user error.
-    cli = [
+    cases = [
         # composition: Hydra's own checks
         (["trainer.epoch=3"], "trainer.epoch"),
         (["trainer.epochs=three"], "trainer.epochs"),
@@ -100,8 +95,6 @@ def bad_inputs(tmp_path_factory, migrated_store):
         (["tracking.experiment="], "tracking.experiment"),
         (["tracking.experiment=gone"], "tracking.experiment"),
         (["resume=0123456789abcdef"], "resume"),
-    ]
-    in_process = [
         # targets' parameters
         (["+sampler.labels=[0]"], "sampler.labels"),
         (["+data.colour=red"], "data.colour"),
@@ -153,37 +146,7 @@ def bad_inputs(tmp_path_factory, migrated_store):
         )
         return (*case, done, time.perf_counter() - started)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(attempt, cli))
-    results += [(*case, *_in_process(case[0], uri, tmp)) for case in in_process]
-    return results, uri, earlier
-
-
-def _in_process(args: list[str], uri: str, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
-    """What ``python -m runner`` does with ``args`` (Hydra's composition, the config checks,
-    the run), in this process: the exit code and stderr the CLI would give a user error."""
-    import os
-
-    from runner.app import run
-    from runner.checks import check_targets
-    from runner.errors import explain, is_user_error
-    from tests.conftest import compose_config
-
-    started, before = time.perf_counter(), os.getcwd()
-    os.chdir(cwd)
-    try:
-        cfg = compose_config([*SHORT, f"tracking.uri={uri}", *args])
-        check_targets(cfg)
-        run(cfg)
-        done = subprocess.CompletedProcess(args, 0, "", "")
-    except Exception as error:
-        if not is_user_error(error):
-            raise
-        code = getattr(error, "exit_code", 2)
-        done = subprocess.CompletedProcess(args, code, "", f"samplerlab: {explain(error)}\n")
-    finally:
-        os.chdir(before)
-    return done, time.perf_counter() - started
+    return [attempt(case) for case in cases], uri, earlier
 
 
 def test_every_bad_input_gets_one_or_two_lines_and_exit_2(bad_inputs):

@@ -20,7 +20,7 @@ from runner.tracking.server import QUIET_SERVER, free_port, wait_until_healthy
 from tests.helpers.cli import environment, run_cli, run_python, start_cli, wait_for
 from tests.test_resume import history, only_run
 
-pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
+pytestmark = pytest.mark.slow  # the CLI end to end, training, signals
 
 QUICK = [
     "trainer.progress=false",

@@ -3,17 +3,17 @@ kinds of test are the markers pyproject.toml registers."""
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
-import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
+import warnings
 
 import pytest
+import torch
 
 from tests.conftest import KINDS
-from tests.helpers.cli import ROOT, _interpreter, environment, run_python, runner_args
-from tests.helpers.warm import WarmProcess
+from tests.helpers.cli import ROOT, run_cli, run_python, runner_args
 
 pytestmark = pytest.mark.unit
 
@@ -75,50 +75,83 @@ def test_the_kinds_are_the_markers_pytest_registered_from_pyproject(pytestconfig
 EXITS = ["-m", "tests.helpers.exits"]
 
 
-@pytest.mark.slow  # real processes, forked and fresh
+@pytest.mark.slow  # real processes, fresh, beside the same commands in process
 @pytest.mark.parametrize("what", [["exit", "0"], ["exit", "3"], ["raise"], ["interrupt"]])
-def test_a_forked_command_ends_as_a_fresh_interpreter_running_it_does(what, tmp_path):
-    """The warm interpreter's child and ``python -m`` give the same status (an uncaught
-    KeyboardInterrupt: death by SIGINT), output, working directory, environment and argv."""
+def test_a_command_in_process_ends_as_a_fresh_interpreter_running_it_does(what, tmp_path):
+    """In process and ``python -m`` give the same status (an uncaught KeyboardInterrupt: death
+    by SIGINT), output, working directory, environment and argv."""
     runs = [
         run_python(*EXITS, *what, cwd=tmp_path, env={"EXTRA": "x"}, expect=None, fresh=fresh)
         for fresh in (False, True)
     ]
-    warm, fresh = runs
-    assert warm.returncode == fresh.returncode, (warm, fresh)
-    assert warm.stdout == fresh.stdout
-    assert f"cwd={tmp_path} extra=x argv0=exits.py main=__main__" in warm.stdout
-    assert ("Traceback" in warm.stderr) == ("Traceback" in fresh.stderr)
-    assert warm.stderr.startswith("to stderr")
+    here, fresh = runs
+    assert here.returncode == fresh.returncode, (here, fresh)
+    assert here.stdout == fresh.stdout
+    assert f"cwd={tmp_path} extra=x argv0=exits.py main=__main__" in here.stdout
+    assert ("Traceback" in here.stderr) == ("Traceback" in fresh.stderr)
+    assert here.stderr.startswith("to stderr")
+    if what == ["interrupt"]:
+        assert here.returncode == -signal.SIGINT
 
 
 @pytest.mark.slow
-def test_a_forked_command_is_signalled_and_timed_out_like_a_process(tmp_path):
-    log = tmp_path / "log"
-    log.write_bytes(b"")
-    interpreter = _interpreter()
-    ident, pid = interpreter.start(
-        "tests.helpers.exits", ["sleep"], tmp_path, environment(), log, log
+def test_a_runner_error_in_process_is_what_a_fresh_interpreter_prints(tmp_path):
+    """A user error's exit status and its lines, the same in process and in a new interpreter."""
+    runs = [
+        run_cli("trainer.lr=0", cwd=tmp_path, uri="sqlite:///x.db", expect=2, fresh=fresh)
+        for fresh in (False, True)
+    ]
+    assert runs[0].stderr == runs[1].stderr and "trainer.lr" in runs[0].stderr
+    assert runs[0].stdout == runs[1].stdout
+
+
+def process_state() -> tuple[object, ...]:
+    """What a command run in process may change in it."""
+    return (
+        os.getcwd(),
+        dict(os.environ),
+        list(sys.argv),
+        signal.getsignal(signal.SIGTERM),
+        list(logging.getLogger().handlers),
+        torch.get_num_threads(),
     )
-    process = WarmProcess(interpreter, ident, pid, [sys.executable, *EXITS, "sleep"])
-    deadline = time.monotonic() + 30
-    while "sleeping" not in log.read_text():
-        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
-    with pytest.raises(subprocess.TimeoutExpired):
-        process.wait(timeout=0.1)
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == -signal.SIGTERM
-    process.send_signal(signal.SIGTERM)  # ended and reaped: nothing is signalled
-    with pytest.raises(pytest.fail.Exception) as failed:
-        run_python(*EXITS, "sleep", cwd=tmp_path, timeout=2)
-    assert "still running after 2 s" in str(failed.value) and "sleeping" in str(failed.value)
 
 
 @pytest.mark.slow
-def test_commands_forked_at_once_from_two_threads_each_get_their_own_status(tmp_path):
-    def one(code: int) -> int:
-        return run_python(*EXITS, "exit", str(code), cwd=tmp_path, expect=code).returncode
+def test_a_command_in_process_leaves_this_process_as_it_found_it(tmp_path, tracking_uri):
+    """The working directory, environment, argument list, signal handlers, logging and torch's
+    threads after a run that changed them all (Hydra configures logging, the trainer sets its
+    threads, the runner its variables and handlers)."""
+    before = process_state()
+    run_cli(
+        "trainer.epochs=1",
+        "trainer.threads=2",
+        "tracking.plots=false",
+        cwd=tmp_path,
+        uri=tracking_uri,
+    )
+    assert process_state() == before
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        assert list(pool.map(one, range(6))) == list(range(6))
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "runner.app",
+        "samplers.base",
+        "experiments.report",
+        "scripts.tables",
+        "hydra_plugins.samplerlab_race.race_sweeper",
+    ],
+)
+def test_a_deprecation_warning_from_our_code_fails_the_test(module):
+    with pytest.raises(DeprecationWarning, match="old"):
+        warnings.warn_explicit("old", DeprecationWarning, "here.py", 1, module=module)
+
+
+@pytest.mark.parametrize(
+    "module", ["mlflow.tracking", "hydra_plugins.hydra_joblib_launcher", "runners"]
+)
+def test_a_deprecation_warning_from_other_code_is_ignored(module):
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.warn_explicit("old", DeprecationWarning, "here.py", 1, module=module)
+    assert seen == []

@@ -9,7 +9,7 @@ from runner.models import MLP, ResNet32, SmallCNN
 from runner.tracking import Tracker  # noqa: F401  (the runner's modules import cleanly)
 from tests.conftest import compose_config
 
-pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
+pytestmark = pytest.mark.slow  # real training runs
 
 
 def parameters(model: torch.nn.Module) -> int:

@@ -1,5 +1,6 @@
-"""The race sweeper end to end: real ``python -m runner -m hydra/sweeper=race`` subprocesses on
-synthetic data (IF 100, 2-3 epochs), a real MLflow store, a real SIGTERM."""
+"""The race sweeper end to end: ``python -m runner -m hydra/sweeper=race`` in process (a real
+process where a signal stops it or joblib launches its jobs) on synthetic data (IF 100, 2-3
+epochs), a real MLflow store, a real SIGTERM."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.helpers.cli import environment, run_cli, runner_args
 
-pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
+pytestmark = pytest.mark.slow  # the CLI end to end, training, signals
 
 RUN = [sys.executable, *runner_args(("hydra/sweeper=race",), multirun=True)]
 # One torch thread (idle OpenMP threads spin: about half the CPU of a 2-epoch job here) and no
@@ -34,10 +35,18 @@ QUICK = [
 ]
 
 
-def race(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def race(
+    args: list[str], cwd: Path, timeout: float = 300, fresh: bool = False
+) -> subprocess.CompletedProcess[str]:
     """``python -m runner -m hydra/sweeper=race *args``; the test reads its exit status."""
     return run_cli(
-        "hydra/sweeper=race", *args, cwd=cwd, multirun=True, timeout=timeout, expect=None
+        "hydra/sweeper=race",
+        *args,
+        cwd=cwd,
+        multirun=True,
+        timeout=timeout,
+        expect=None,
+        fresh=fresh,
     )
 
 
@@ -122,25 +131,17 @@ def test_a_race_on_chance_level_features_advises_no_winner_and_says_why(tmp_path
 
 
 def test_a_test_set_objective_or_no_validation_split_is_refused(tmp_path, tracking_uri):
-    """Before any parent run is created: one line, exit 2, nothing in the store (both commands
-    run at once)."""
+    """Before any parent run is created: one line, exit 2, nothing in the store."""
     commands = {
         "test set": ["sampler=uniform,weighted", "objective=final/balanced_accuracy", *QUICK],
         "no split": ["sampler=uniform,weighted", "tracking.plots=false"],
     }
-    started = {
-        name: subprocess.Popen(
-            [*RUN, *args, f"tracking.uri={tracking_uri}"],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=environment({"PYTHONUNBUFFERED": "1"}),
-        )
+    done = {
+        name: race([*args, f"tracking.uri={tracking_uri}"], tmp_path, timeout=120)
         for name, args in commands.items()
     }
-    said = {name: p.communicate(timeout=120)[1] for name, p in started.items()}
-    assert {p.returncode for p in started.values()} == {2}, said
+    said = {name: ran.stderr for name, ran in done.items()}
+    assert {ran.returncode for ran in done.values()} == {2}, said
     assert "RaceSweeper sweeper would select on the test set" in said["test set"]
     assert "needs a validation split" in said["no split"]
     assert all(len(text.strip().splitlines()) <= 2 for text in said.values()), said
@@ -207,6 +208,7 @@ def test_a_race_launches_its_rounds_through_joblib(tmp_path, tracking_uri):
             f"tracking.uri={tracking_uri}",
         ],
         tmp_path,
+        fresh=True,  # joblib's workers: processes of their own
     )
     assert done.returncode == 0, done.stderr[-3000:]
     client, parent, children = sweep_runs(tracking_uri)

@@ -1,5 +1,6 @@
-"""Runs survive: real CLI subprocesses stopped by real signals, resumed into the same MLflow
-run; sweeps stopped and finished; stores shared from the start; every file source end to end."""
+"""Runs survive: real CLI processes stopped by real signals, resumed (in process) into the same
+MLflow run; sweeps stopped and finished; stores shared from the start; every file source end
+to end."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from tests.helpers.cli import run_cli, start_cli, wait_for
 from tests.test_errors import _write_images
 
-pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
+pytestmark = pytest.mark.slow  # the CLI end to end, training, signals
 
 LONG = [
     "data=digits_lt",
@@ -125,8 +126,8 @@ def test_two_sweeps_on_a_new_store_keep_their_parents(tmp_path):
     uri = f"sqlite:///{tmp_path / 'new.db'}"  # not migrated yet: both processes race for it
     sweep = ["sampler=uniform,weighted", "trainer.epochs=1", "tracking.plots=false"]
 
-    def one(_: int):
-        return run_cli(*sweep, cwd=tmp_path, uri=uri, multirun=True)
+    def one(_: int):  # two processes: one store, two migrations racing
+        return run_cli(*sweep, cwd=tmp_path, uri=uri, multirun=True, fresh=True)
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # both at once
         for done in pool.map(one, range(2)):

@@ -1,33 +1,27 @@
-"""The project's command lines run as a user runs them, in real subprocesses: to completion
-(:func:`run_cli`; any module with :func:`run_python`) or started in the background for signal tests
-(:func:`start_cli`, :func:`wait_for`). A run that ends otherwise than expected fails the test
-with its command line, exit status and the ends of its output in one message.
+"""The project's command lines run as a user runs them: to completion (:func:`run_cli`; any
+module with :func:`run_python`) or started in the background for signal tests (:func:`start_cli`,
+:func:`wait_for`). A run that ends otherwise than expected fails the test with its command line,
+exit status and the ends of its output in one message.
 
-``python -m module ...`` run to completion is forked from a warm interpreter
-(:mod:`tests.helpers.warm`): the same process from its arguments on, without the 5 s of imports.
-So are the background runs of :func:`start_cli`. Commands with a ``preexec_fn``, other
-interpreter arguments or ``fresh=True`` start a fresh interpreter: the tests of start-up itself
-(the default run, ``--cfg``, plugin discovery, torchrun's ranks) and the CLI helper's own
-parity tests use one."""
+``python -m module ...`` run to completion runs in this process (:mod:`tests.helpers.in_process`):
+the same code from its arguments on, without a new interpreter's imports. A fresh interpreter
+runs what needs a process of its own: ``fresh=True`` (start-up itself, the status the system
+reports, launchers whose jobs are other processes, several commands at once), a ``preexec_fn``,
+other interpreter arguments, and the background runs of :func:`start_cli`, which tests signal."""
 
 from __future__ import annotations
 
-import atexit
 import os
 import shlex
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.warm import WarmInterpreter, WarmProcess
+from tests.helpers.in_process import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 TAIL = 3000  # characters of each stream a failure shows
@@ -84,12 +78,12 @@ def run_python(
     text, for at most ``timeout`` seconds; ``env`` adds variables to this process's environment.
     The test fails (with the command, its status and the tails of stdout and stderr) when the
     exit status is not ``expect`` (``None``: any status is returned) or the time runs out.
-    ``python -m`` commands are forked from the warm interpreter unless ``fresh`` (or a
-    ``preexec_fn``) asks for a new interpreter."""
-    command = [sys.executable, *args]
+    ``python -m`` commands run in this process unless ``fresh`` (or a ``preexec_fn``) asks for
+    a new interpreter."""
     if args[:1] == ("-m",) and len(args) > 1 and preexec_fn is None and not fresh:
-        done = _run_warm(command, cwd, timeout, environment(env))
+        done = run_module(args[1], list(args[2:]), cwd, environment(env), timeout)
     else:
+        command = [sys.executable, *args]
         done = _run_fresh(command, cwd, timeout, environment(env), preexec_fn)
     return _expected(done, expect)
 
@@ -146,47 +140,6 @@ def _run_fresh(
         )
 
 
-_warm: list[WarmInterpreter] = []  # this process's warm interpreter, once started
-_starting = threading.Lock()
-
-
-def _interpreter() -> WarmInterpreter:
-    """This process's warm interpreter, started on first use and again if it died."""
-    with _starting:
-        if not _warm or _warm[0].gone:
-            log = Path(tempfile.mkdtemp(prefix="warm-")) / "stderr"
-            _warm[:] = [WarmInterpreter(environment(), ROOT, log)]
-            atexit.register(_warm[0].close)
-        return _warm[0]
-
-
-def _run_warm(
-    command: list[str], cwd: Path, timeout: float, env: dict[str, str]
-) -> subprocess.CompletedProcess[str]:
-    """``command`` (``python -m module ...``) forked from the warm interpreter, to its end or
-    ``timeout`` (then killed, and the test fails with what it printed)."""
-    folder = Path(tempfile.mkdtemp(prefix="cli-"))
-    out, err = folder / "stdout", folder / "stderr"
-    interpreter = _interpreter()
-    try:
-        ident, _ = interpreter.start(command[2], command[3:], cwd, env, out, err)
-        returncode = interpreter.wait(ident, timeout)
-        if returncode is None:
-            interpreter.signal(ident, signal.SIGKILL)
-            interpreter.wait(ident, 30)
-            pytest.fail(
-                _report(command, f"still running after {timeout} s", _read(out), _read(err)),
-                pytrace=False,
-            )
-        return subprocess.CompletedProcess(command, returncode, _read(out), _read(err))
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _read(path: Path) -> str:
-    return path.read_bytes().decode(errors="replace") if path.exists() else ""
-
-
 def run_cli(
     *overrides: str,
     cwd: Path,
@@ -213,20 +166,23 @@ def run_cli(
 
 def start_cli(
     *overrides: str, cwd: Path, log: Path, uri: str | None = None, multirun: bool = False
-) -> WarmProcess:
-    """``python -m runner`` started in the background (forked from the warm interpreter),
-    stdout and stderr unbuffered into ``log``, for a test to signal; the test waits for it
+) -> subprocess.Popen[bytes]:
+    """``python -m runner`` started in the background in a fresh interpreter, stdout and stderr
+    unbuffered into ``log``, for a test to signal; the test waits for it
     (``process.wait(timeout=...)``)."""
-    args = runner_args(overrides, uri, multirun)
-    env = environment({"PYTHONUNBUFFERED": "1"})
-    log.write_bytes(b"")  # there before the child opens it: the test may read it at once
-    interpreter = _interpreter()
-    ident, pid = interpreter.start(args[1], args[2:], cwd, env, log, log)
-    return WarmProcess(interpreter, ident, pid, [sys.executable, *args])
+    command = [sys.executable, *runner_args(overrides, uri, multirun)]
+    with open(log, "wb") as output:  # there before the process starts: the test reads it at once
+        return subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=environment({"PYTHONUNBUFFERED": "1"}),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def wait_for(
-    log: Path, text: str, process: WarmProcess, after: str = "", timeout: float = 240
+    log: Path, text: str, process: subprocess.Popen[bytes], after: str = "", timeout: float = 240
 ) -> None:
     """Until ``text`` appears in ``log`` (after the first ``after``); fails if the process ends
     first or ``timeout`` seconds pass."""
