@@ -16,9 +16,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from runner.checks import check_targets
 from runner.config import register
-from runner.errors import UserError, exit_with, explain, is_user_error
+from runner.errors import UserError
+from runner.explain import exit_with, explain, is_user_error
 from runner.extras import check_launcher
 from runner.signals import Interrupted, stop_on_signals
 
@@ -28,9 +28,12 @@ log = logging.getLogger("runner")
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def app(cfg: DictConfig) -> float:
+    # Imported here, so that --help and --cfg load neither torch nor MLflow.
+    from runner.checks import check_targets
+
     try:
         check_targets(cfg)  # config errors answer before the heavier imports below
-        from runner.app import run  # here, so that --help and --cfg stay fast
+        from runner.app import run
         from runner.distributed import process_group
         from runner.results import objective
 

@@ -1,7 +1,7 @@
 """One run, wired: config -> dataset -> sampler -> batches -> model -> metrics -> tracking.
 
 :func:`run` checks the config and the store, finds what ``resume=`` continues, builds the parts
-(:mod:`runner.parts`), opens or reopens the MLflow run, trains (:mod:`runner.train.fit`) and records
+(:mod:`runner.build`), opens or reopens the MLflow run, trains (:mod:`runner.train.fit`; in a sweep, sharing a prefix: :mod:`runner.sweeps.prefixes`) and records
 the results (:mod:`runner.results`), and ends the run with the status it earned: FINISHED,
 FAILED, or KILLED when stopped by a signal (checkpointed; ``resume=<run id>`` continues it).
 """
@@ -11,24 +11,26 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from pathlib import Path
 
 from omegaconf import DictConfig
 
+from runner.build import build_parts
 from runner.checks import check_objective
 from runner.distributed import backend, command, from_main, is_main
-from runner.errors import EnvironmentFailure, UserError, explain, is_user_error
-from runner.parts import Parts, Progress, active_sweeper, build_parts, checkpoint_path, choices
+from runner.errors import EnvironmentFailure, UserError
+from runner.explain import explain, is_user_error
+from runner.job import active_sweeper, checkpoint_path, choices
 from runner.results import RESULT_PREFIXES, record_results, summary_text
 from runner.resume import resume_target, saved_checkpoint, without_client
 from runner.signals import Interrupted, stop_on_signals
 from runner.sweeps.callback import job_parent
 from runner.sweeps.prefixes import FORKED_TAG, Entry, fit_sharing, sweep_entry
-from runner.tracking import Bystander, Recorder, Tracker, start_run
+from runner.tracking import Bystander, Tracker, start_run
 from runner.tracking.record import environment, system_metrics
 from runner.tracking.stores import StoreLost, bound_http_retries, prepare_store, resolve_uri
-from runner.train.fit import Diverged, checkpoint_payload
-from runner.train.state import save_checkpoint
+from runner.train.fit import Diverged, fit
+from runner.train.recorder import Recorder
+from runner.train.run import Progress, RunContext
 
 log = logging.getLogger("runner")
 
@@ -72,7 +74,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
             )
     parts = build_parts(cfg)
     progress = Progress()
-    # A new run of a sweep may fork from the training it shares with others (runner.sweeps.prefixes).
+    # A new run of a sweep may fork from the training it shares with others (runner.sweeps).
     entry = sweep_entry(cfg, parts, job_parent()) if previous is None else None
     forked = int(previous.tags.get(FORKED_TAG, 0)) if previous is not None else 0
     if previous is not None:  # before the run reopens: a checkpoint that fails leaves it as it was
@@ -92,30 +94,22 @@ def run(cfg: DictConfig) -> dict[str, float]:
                 Bystander.of,
             )
             path = checkpoint_path(recorder.run_id)
-        resumed = previous is not None
-        return _train_recorded(cfg, parts, recorder, progress, path, resumed, entry, forked)
+        run = RunContext(parts, recorder, progress, path)
+        return _train_recorded(cfg, run, previous is not None, entry, forked)
 
 
 def _train_recorded(
-    cfg: DictConfig,
-    parts: Parts,
-    recorder: Recorder,
-    progress: Progress,
-    path: Path,
-    resumed: bool,
-    entry: Entry | None,
-    forked: int,
+    cfg: DictConfig, run: RunContext, resumed: bool, entry: Entry | None, forked: int
 ) -> dict[str, float]:
-    """Train with checkpoints to ``path`` (sharing a prefix through ``entry``; ``forked``
-    epochs of a resumed run came from another's), record the results, and end the run with the
-    status it earned."""
+    """Train ``run`` (sharing a prefix through ``entry``; ``forked`` epochs of a resumed run
+    came from another's), record the results, and end the run with the status it earned."""
     started = time.perf_counter()
-    logged_through = 0
+    parts, recorder, progress = run.parts, run.recorder, run.progress
     try:
         if resumed:
             recorder.log_rows(progress.unlogged)  # what a lost store did not take, at last
             progress.unlogged = []
-            logged_through = recorder.last_step("train/loss") or 0
+            run.logged_through = recorder.last_step("train/loss") or 0
             log.info(
                 "resuming run %s at epoch %d%s",
                 recorder.run_id,
@@ -123,13 +117,16 @@ def _train_recorded(
                 f", batch {parts.state.batch + 1}" if parts.state.batch else "",
             )
         how = environment(parts.device, parts.state.world_size, backend())
-        recorder.set_tags({"checkpoint": str(path), **how})  # a resumed run: how it ran last
+        recorder.set_tags({"checkpoint": str(run.path), **how})  # a resumed run: how it ran last
         with system_metrics(parts.tracking, recorder, resumed):
-            forked = fit_sharing(entry, parts, recorder, progress, path, logged_through) or forked
-            results = record_results(parts, progress, recorder, path, forked)
+            if entry is None:  # one run, or a sweep's job that shares no epoch
+                fit(run)
+            else:
+                forked = fit_sharing(entry, run) or forked
+            results = record_results(run, forked)
     except Interrupted as stop:
         if stop.safe:
-            save_checkpoint(path, checkpoint_payload(parts, progress))
+            run.save_checkpoint()
         recorder.finish("KILLED")
         if is_main():  # under torchrun, one line for the whole run
             print(
@@ -141,9 +138,9 @@ def _train_recorded(
         raise
     except StoreLost as lost:  # the run cannot be ended there: it stays RUNNING until resumed
         progress.unlogged.extend(lost.unlogged)
-        save_checkpoint(path, checkpoint_payload(parts, progress))
+        run.save_checkpoint()
         then = (
-            f"run {recorder.run_id} checkpointed to {path}; once the store answers again, "
+            f"run {recorder.run_id} checkpointed to {run.path}; once the store answers again, "
             f"continue it with: {_again(cfg, recorder)}"
         )
         raise StoreLost(f"{lost}\n{then}", lost.unlogged) from None
@@ -154,7 +151,7 @@ def _train_recorded(
         recorder.finish("FAILED")
         raise
     recorder.finish("FINISHED")
-    print(summary_text(parts, progress, recorder, time.perf_counter() - started), flush=True)
+    print(summary_text(run, time.perf_counter() - started), flush=True)
     return results
 
 

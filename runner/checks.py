@@ -16,26 +16,15 @@ from typing import Any
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import (
-    BASIC_SWEEPER,
-    HEADLINE,
-    MODEL_RUNNER_KEYS,
-    OBJECTIVE_SPLITS,
-    POST_HOC_STAGES,
-    SUPPLIED,
-)
-from runner.errors import UserError
+from runner.config import BASIC_SWEEPER, OBJECTIVE_SPLITS, SUPPLIED
+from runner.errors import UserError, config_error
 from runner.models.heads import HEADS
+from runner.train.settings import HEADLINE, MODEL_RUNNER_KEYS
+from runner.train.stages import StageSettings, stage_named, stage_names
 
 SCHEDULES = ("cosine", "step", "constant")
 DEVICES = ("auto", "cpu", "cuda")
-# cRT, LWS, tau-normalisation, post-hoc logit adjustment
-CLASSIFIER_STAGES = ("retrain", "scale", *POST_HOC_STAGES)
 CLASSIFIER_STAGE_MODES = ("train", "eval")  # the model's mode while the classifier stage trains
-
-
-def config_error(key: str, message: str) -> UserError:
-    return UserError(f"config error at '{key}': {message}")
 
 
 @dataclass(frozen=True)
@@ -91,7 +80,6 @@ CONSTRAINTS = (
 CHOICES = {
     "trainer.schedule": SCHEDULES,
     "trainer.device": DEVICES,
-    "trainer.classifier_stage": CLASSIFIER_STAGES,
     "trainer.classifier_stage_mode": CLASSIFIER_STAGE_MODES,
 }
 
@@ -184,7 +172,8 @@ def check_targets(cfg: DictConfig) -> None:
     """Every built group names an importable ``_target_`` and only parameters it accepts, and
     every trainer, eval and tracking value obeys its constraint."""
     # Values first: they need no import, so a mistyped number answers at once.
-    for key, options in CHOICES.items():
+    # The stages registered by then (runner.train.stages), a stage added by a user's code too.
+    for key, options in {**CHOICES, "trainer.classifier_stage": stage_names()}.items():
         if OmegaConf.select(cfg, key) not in options:
             raise config_error(
                 key, f"{OmegaConf.select(cfg, key)!r} is unknown; choose one of {options}"
@@ -233,50 +222,15 @@ def check_targets(cfg: DictConfig) -> None:
 
 
 def check_classifier_stage(cfg: DictConfig) -> None:
-    """LWS trains for ``trainer.classifier_epochs``; tau-normalisation and post-hoc logit
-    adjustment take no epochs, change a linear head and choose their tau on a validation split
-    that halves (two or more rows of a class), never on the test set."""
-    trainer = cfg.trainer
-    stage = trainer.classifier_stage
-    if stage == "scale" and not trainer.classifier_epochs:
-        raise config_error(
-            "trainer.classifier_stage",
-            "scale (LWS) learns its class scales in trainer.classifier_epochs, which is 0; set "
-            "trainer.classifier_epochs=N (+method=lws sets 10)",
-        )
-    if stage not in POST_HOC_STAGES:
-        return
-    if trainer.classifier_epochs:
-        raise config_error(
-            "trainer.classifier_stage",
-            f"{stage} takes no classifier epochs, got trainer.classifier_epochs="
-            f"{trainer.classifier_epochs}; set trainer.classifier_epochs=0, or use scale (LWS) "
-            "or retrain (cRT)",
-        )
-    head = cfg.model.get("head", "linear")
-    if head != "linear":
-        why = (
-            "rescales a linear head's class weights, and model.head={} has unit-norm ones already"
-            if stage == "tau_norm"
-            else "shifts a linear head's bias, and model.head={} has none"
-        )
-        raise config_error(
-            "trainer.classifier_stage", f"{stage} {why.format(head)}; use model.head=linear"
-        )
-    if cfg.data.get("val_per_class") == 1:
-        raise config_error(
-            "data.val_per_class",
-            f"{stage} chooses tau on one half of the validation split and scores it on the "
-            "other, and 1 row of every class leaves the second half empty; set "
-            "data.val_per_class=2 or more",
-        )
-    if not has_validation_split(cfg):
-        raise config_error(
-            "trainer.classifier_stage",
-            f"{stage} chooses tau on a validation split, and data.val_per_class="
-            f"{cfg.data.get('val_per_class')}, data.val_fraction={cfg.data.get('val_fraction')} "
-            "give none; set data.val_per_class=N or data.val_fraction=F (never the test set)",
-        )
+    """What the chosen classifier stage refuses of the config (:mod:`runner.train.stages`)."""
+    data = cfg.data
+    settings = StageSettings(
+        classifier_epochs=int(cfg.trainer.classifier_epochs),
+        head=str(cfg.model.get("head", "linear")),
+        val_per_class=data.get("val_per_class"),
+        val_fraction=data.get("val_fraction"),
+    )
+    stage_named(cfg.trainer.classifier_stage).check(settings)
 
 
 def has_validation_split(cfg: DictConfig) -> bool:

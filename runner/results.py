@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,9 +13,8 @@ from omegaconf import DictConfig
 
 from runner.distributed import is_main
 from runner.models import FeatureClassifier, Predictor
-from runner.parts import Parts, Progress
-from runner.tracking import Recorder
-from runner.tracking.record import class_table, per_class_as_table
+from runner.train.recorder import class_table, per_class_as_table
+from runner.train.run import Parts, Progress, RunContext
 from runner.train.state import total_epochs
 
 RESULT_PREFIXES = ("final/", "val/", "test/", "cost/")
@@ -50,12 +48,12 @@ def _figures(parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
     return figures
 
 
-def record_results(
-    parts: Parts, progress: Progress, recorder: Recorder, checkpoint_path: Path, forked: int = 0
-) -> dict[str, float]:
-    """Final metrics, reports, figures and the last checkpoint. Best-epoch numbers are chosen
-    on the test set, so they are optimistic: reported in a labelled text file, not as metrics.
-    ``cost/epochs_trained``: the run's epochs less the ``forked`` ones another job trained."""
+def record_results(run: RunContext, forked: int = 0) -> dict[str, float]:
+    """``run``'s final metrics, reports, figures and last checkpoint. Best-epoch numbers are
+    chosen on the test set, so they are optimistic: reported in a labelled text file, not as
+    metrics. ``cost/epochs_trained``: the run's epochs less the ``forked`` ones another job
+    trained."""
+    parts, progress, recorder = run.parts, run.progress, run.recorder
     names = parts.data.class_names
     final, best = progress.latest, progress.best
     assert final is not None and best is not None  # the last epoch always evaluates
@@ -82,7 +80,7 @@ def record_results(
             recorder.log_table("per_class/final.json", class_table(names, columns))
         recorder.log_metrics(summary, step=last)
         if tracking.log_model and is_main():  # its metrics: the final step's, just logged
-            recorder.log_model(*_predictor(parts), names, tracking.register, last)
+            recorder.log_model(*predictor(parts), names, tracking.register, last)
     results = {**summary, **final.headline("test")}
     if progress.latest_val is not None:
         results.update(progress.latest_val.headline("val"))
@@ -91,8 +89,8 @@ def record_results(
         "best_classification_report.txt": f"best epoch {progress.best_epoch} of "
         f"{last}, selected on {chosen_on}\n\n{best.report}",
     }
-    if checkpoint_path.is_file():
-        files["checkpoint/checkpoint.pt"] = checkpoint_path
+    if run.path.is_file():
+        files["checkpoint/checkpoint.pt"] = run.path
     if tracking.plots and is_main():  # other ranks log nothing
         files.update(_figures(parts, progress, recorder.run_name))
     recorder.log_artifacts(files)
@@ -105,7 +103,7 @@ def record_results(
     return results
 
 
-def _predictor(parts: Parts) -> tuple[torch.nn.Module, np.ndarray]:
+def predictor(parts: Parts) -> tuple[torch.nn.Module, np.ndarray]:
     """The model to log (on the CPU, in eval mode, taking samples as they are stored) and an
     input example: the first two test samples. A head trained on cached features is logged
     with its frozen backbone in front, taking the stored samples too."""
@@ -125,8 +123,9 @@ def objective(cfg: DictConfig, results: dict[str, float]) -> float:
     return float(results.get(cfg.objective, float("nan")))
 
 
-def summary_text(parts: Parts, progress: Progress, recorder: Recorder, seconds: float) -> str:
-    """What the console says when a run ends: its final and best-epoch metrics, and where."""
+def summary_text(run: RunContext, seconds: float) -> str:
+    """What the console says when ``run`` ends: its final and best-epoch metrics, and where."""
+    parts, progress, recorder = run.parts, run.progress, run.recorder
     final, best = progress.latest, progress.best
     assert final is not None and best is not None
     chosen = (

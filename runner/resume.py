@@ -14,16 +14,16 @@ from typing import Any, cast
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import (
+from runner.config import RunConfig
+from runner.errors import UserError
+from runner.fingerprint import (
     ADDED_DEFAULTS,
     NEUTRAL_DEFAULTS,
     RUNTIME_KEYS,
-    RunConfig,
     config_keys,
     moved_targets,
 )
-from runner.errors import UserError
-from runner.parts import choices
+from runner.job import choices
 from runner.tracking.runs import child_runs, find_run
 from runner.train.state import load_checkpoint
 
@@ -60,7 +60,7 @@ def resume_target(cfg: DictConfig, uri: str) -> tuple[DictConfig, PreviousRun | 
     return saved, previous
 
 
-def _plain(node: DictConfig) -> dict[str, Any]:
+def _plain(node: Any) -> dict[str, Any]:
     plain = OmegaConf.to_container(node, resolve=False)
     assert isinstance(plain, dict)
     return {str(k): v for k, v in plain.items()}

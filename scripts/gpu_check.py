@@ -39,11 +39,12 @@ def _check(name: str, ok: bool, detail: str = "") -> bool:
 
 
 def check_case(name: str, overrides: list[str], epochs: int) -> tuple[bool, dict[str, float]]:
-    from runner.parts import Progress, build_parts
+    from runner.build import build_parts
     from runner.results import record_results
     from runner.tracking import Tracker
     from runner.train.feed import Feed
     from runner.train.fit import fit
+    from runner.train.run import Progress
 
     with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(str(CONF), version_base="1.3"):
         uri = f"sqlite:///{tmp}/mlflow.db"

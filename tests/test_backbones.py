@@ -12,10 +12,10 @@ from safetensors.torch import save_file
 from torch import nn
 
 from runner.app import run
+from runner.build import build_model
 from runner.checks import check_targets
 from runner.errors import UserError
 from runner.models import MLP, FeatureClassifier, Predictor, ResNet32, SmallCNN
-from runner.parts import build_model
 from runner.train.state import parameter_groups
 from tests.conftest import compose_config
 

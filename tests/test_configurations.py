@@ -65,7 +65,7 @@ def test_runtime_overrides_do_not_make_another_configuration():
 def test_runs_recorded_before_the_fingerprint_changed_are_still_recognised():
     """The default config's fingerprint as the first computation gave it (before runtime keys
     and settings were added): a sweep resumed on old runs finds its finished jobs."""
-    from runner.config import config_key, config_keys
+    from runner.fingerprint import config_key, config_keys
     from tests.conftest import compose_config
 
     cfg = compose_config([])

@@ -171,7 +171,7 @@ def test_a_run_is_tagged_with_its_method_only_when_the_recipe_chose_it(
     """A study's run that replaces the recipe's sampler or loss is not that method's run."""
     from hydra import compose, initialize_config_dir
 
-    from runner.parts import build
+    from runner.build import build
     from runner.tracking import start_run
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

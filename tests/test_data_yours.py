@@ -146,7 +146,7 @@ def test_image_folder_through_torchvision_over_the_budget_trains_through_a_datal
     tmp_path, tracking_uri
 ):
     from runner.app import run
-    from runner.parts import build_parts
+    from runner.build import build_parts
 
     write_images(tmp_path / "train", {"ant": 12, "bee": 6, "cat": 3}, size=(10, 12))
     write_images(tmp_path / "test", {"ant": 3, "bee": 3, "cat": 3}, size=(10, 12))

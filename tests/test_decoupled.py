@@ -246,7 +246,7 @@ def _reference(method: str, classifier: torch.nn.Linear, prior: torch.Tensor):
 def test_a_post_hoc_stage_chooses_tau_on_validation_and_reports_the_changed_classifier(
     method, tracking_uri
 ):
-    from runner.parts import build_parts
+    from runner.build import build_parts
 
     # The same training without the post-hoc stage: the trained classifier, to change here.
     _, plain = _run(["+method=ce"], tracking_uri)
@@ -303,9 +303,10 @@ def test_a_post_hoc_stage_chooses_tau_on_validation_and_reports_the_changed_clas
 
 
 def _resume_after_training(method: str, run_id: str, checkpoint: dict, path: Path) -> None:
-    from runner.parts import Progress, build_parts
+    from runner.build import build_parts
     from runner.tracking import Bystander
     from runner.train.fit import fit
+    from runner.train.run import Progress
 
     cfg = compose_config([f"+method={method}", *DIGITS])
     parts = build_parts(cfg)

@@ -16,10 +16,9 @@ from omegaconf import OmegaConf
 from PIL import Image
 from torch.utils.data import Dataset
 
+from runner.build import build, build_model, freeze
 from runner.data import LongTailData
 from runner.models.source import code_digest
-from runner.parts import build, build_model
-from runner.train.features import freeze
 from runner.train.feed import place
 from tests.conftest import compose_config
 

@@ -11,13 +11,13 @@ import pytest
 import torch
 from torch import nn
 
+from runner.build import build, build_model, freeze
 from runner.config import CONF
 from runner.data import LongTailData
 from runner.locks import turn
 from runner.models import FeatureClassifier
-from runner.parts import build, build_model
 from runner.tracking.record import digest_of
-from runner.train.features import FrozenBackbone, freeze
+from runner.train.features import FrozenBackbone
 from runner.train.feed import place
 from tests.conftest import compose_config
 
@@ -218,7 +218,7 @@ def trained_run(cfg, tracking_uri: str):
     from mlflow.tracking import MlflowClient
 
     from runner.app import run
-    from runner.parts import build_parts
+    from runner.build import build_parts
     from runner.tracking.record import mlflow_pytorch
 
     built = build_parts(cfg).state.model

@@ -13,10 +13,10 @@ import torch
 from omegaconf import OmegaConf
 from torch.nn import functional as F
 
+from runner.build import build
 from runner.config import CONF
 from runner.data.cut import long_tail_counts
 from runner.errors import UserError
-from runner.parts import build
 from runner.train.losses import ClassWeightedLoss, SigmoidFocalLoss
 
 pytestmark = pytest.mark.unit  # in one process, seconds

@@ -14,9 +14,9 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.nn import functional as F
 
+from runner.build import build_model
 from runner.errors import UserError
 from runner.models.adopt import as_feature_classifier
-from runner.parts import build_model
 from tests.conftest import compose_config
 from tests.helpers.cli import run_cli
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from runner.build import build_parts
 from runner.locks import beat, turn
-from runner.parts import build_parts
 from runner.sweeps.prefixes import FORKED_TAG, declared_prefix
 from tests.conftest import compose_config
 from tests.helpers.cli import run_cli

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from runner.parts import build
+from runner.build import build
 from runner.tracking.record import dataset_inputs
 from tests.conftest import compose_config
 from tests.helpers.cli import run_cli

@@ -12,9 +12,9 @@ from mlflow.tracking import MlflowClient
 from omegaconf.errors import OmegaConfBaseException
 
 from runner.app import run
+from runner.build import build_model
 from runner.checks import check_targets
 from runner.config import CONF
-from runner.parts import build_model
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit  # in one process, seconds

@@ -72,7 +72,7 @@ def test_endpoint_must_be_a_bool():
 
 
 def test_the_progressive_recipe_builds_kangs_schedule():
-    from runner.parts import build
+    from runner.build import build
     from tests.conftest import compose_config
 
     cfg = compose_config(["+method=progressive", "trainer.epochs=7"])

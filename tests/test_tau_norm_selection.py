@@ -166,9 +166,10 @@ NOISE = [
 def _objective(method: str, seed: int, tmp: Path) -> tuple[float, dict[str, float]]:
     """The race's objective of one real run (``runner.results.objective`` on what the run
     returns) and the metrics it logged."""
-    from runner.parts import Progress, build_parts
+    from runner.build import build_parts
     from runner.results import objective, record_results
     from runner.train.fit import fit
+    from runner.train.run import Progress
 
     cfg = compose_config([f"+method={method}", *NOISE, f"data.data_seed={seed}", f"seed={seed}"])
     parts, progress, recorder = build_parts(cfg), Progress(), _Kept(method)
@@ -204,7 +205,7 @@ def test_the_fingerprints_tell_the_changed_recipes_from_runs_recorded_before():
     scored its tau on the split that chose it: the fingerprints below are those the code of
     then computed (commit dd4fcff) for +method=crt and for +method=tau_norm
     data.val_per_class=20."""
-    from runner.config import config_key, config_keys
+    from runner.fingerprint import config_key, config_keys
 
     def keys(*overrides: str) -> set[str]:
         return config_keys(compose_config(list(overrides)))

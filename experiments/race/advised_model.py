@@ -4,7 +4,7 @@ one model the answer needs is rebuilt here from a child's checkpoint and logged 
 
 Which child: the advised candidate's seed with the best objective among the seeds the race ran.
 Its config is composed as the launcher composed it; the runner builds its parts
-(:func:`runner.parts.build_parts`), loads the checkpoint's training state and logs the model
+(:func:`runner.build.build_parts`), loads the checkpoint's training state and logs the model
 with the runner's own model logging (:meth:`runner.tracking.Tracker.log_model`), registered as
 ``tracking.register`` when that is set.
 """
@@ -38,8 +38,8 @@ def log_advised_model(
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from runner.parts import build_parts
-    from runner.results import _predictor
+    from runner.build import build_parts
+    from runner.results import predictor
     from runner.tracking import Tracker
     from runner.tracking.runs import child_runs
     from runner.train.state import load_checkpoint, total_epochs

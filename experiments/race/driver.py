@@ -35,7 +35,8 @@ from hydra.core.utils import JobReturn
 from experiments.race.race import Race, Round
 from experiments.race.sentence import look_text
 from experiments.race.settings import RaceSettings
-from runner.errors import UserError, explain, is_user_error
+from runner.errors import UserError
+from runner.explain import explain, is_user_error
 
 SEED = "seed"  # the override that names a replicate
 
@@ -254,6 +255,6 @@ def _config_key(result: JobReturn) -> str:
     """The job's run, as the runner fingerprints it (its ``config_key`` tag)."""
     if result.cfg is None:
         return ""
-    from runner.config import config_key  # the runner's own identity of a run's config
+    from runner.fingerprint import config_key
 
     return config_key(result.cfg)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from experiments.stats import Interval, Paired, paired_difference, t_interval
 from experiments.store import Run
-from runner.config import RUNTIME_KEYS
+from runner.fingerprint import RUNTIME_KEYS
 
 METRICS = {
     "accuracy": "accuracy",

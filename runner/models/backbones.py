@@ -172,3 +172,21 @@ def torchvision_backbone(
     return _assemble(
         adapter, backbone, shape, num_classes, head, weights is not None, f"torchvision {name}"
     )
+
+
+class FrozenBackbone(nn.Module):
+    """``backbone`` without gradients, in eval mode whatever ``train()`` asks: its BatchNorm
+    statistics stay those it was loaded with and its dropout stays off."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone.requires_grad_(False).eval()
+
+    def train(self, mode: bool = True) -> FrozenBackbone:
+        super().train(mode)
+        self.backbone.eval()
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.backbone(x)

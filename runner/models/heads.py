@@ -57,3 +57,18 @@ def classifier_head(in_features: int, num_classes: int, head: str) -> nn.Module:
     if head == "cosine":
         return CosineClassifier(in_features, num_classes)
     return nn.Linear(in_features, num_classes)
+
+
+class ScaledClassifier(nn.Module):
+    """A classifier whose logits are scaled per class: ``classifier(x) * scales``, with
+    ``scales`` (one per class, initially 1) the module's only parameter outside ``classifier``.
+    Any head: a linear layer's weight and bias, or a cosine head's cosines, scaled alike."""
+
+    def __init__(self, classifier: nn.Module, num_classes: int) -> None:
+        super().__init__()
+        self.classifier = classifier
+        device = next(classifier.parameters()).device
+        self.scales = nn.Parameter(torch.ones(num_classes, device=device))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(x) * self.scales

@@ -20,7 +20,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runner.errors import UserError, exit_with
+from runner.errors import UserError
+from runner.explain import exit_with
 from runner.signals import on_stop
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"

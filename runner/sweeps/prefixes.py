@@ -21,6 +21,7 @@ it finishes (:func:`remove_sweep_cache`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -33,12 +34,14 @@ from typing import Any, cast
 from omegaconf import DictConfig, OmegaConf
 
 from runner import cache_dirs
-from runner.config import CONF, POST_HOC_STAGES, config_key
+from runner.config import CONF
+from runner.fingerprint import config_key
 from runner.locks import beat, turn
-from runner.parts import Parts, Progress
-from runner.tracking import Recorder
-from runner.train.fit import checkpoint_payload, fit
+from runner.train.fit import fit
 from runner.train.losses import ClassWeightedLoss
+from runner.train.recorder import Recorder
+from runner.train.run import Parts, RunContext
+from runner.train.stages import stage_for
 from runner.train.state import load_checkpoint, save_checkpoint, total_epochs
 from samplers import DeferredSampler, Sampler, UniformSampler
 
@@ -66,9 +69,7 @@ def declared_prefix(cfg: DictConfig, parts: Parts) -> Prefix | None:
     if parts.state.parallel is not None or sampler.world_size != 1:
         return None
     until = [_sampler_until(sampler), _loss_until(parts.loss_fn), total_epochs(trainer)]
-    if trainer.classifier_epochs or trainer.classifier_stage in POST_HOC_STAGES:
-        until.append(trainer.epochs - 1)
-    epochs = min(until)
+    epochs = min(*until, stage_for(trainer).shared_epochs(trainer))
     if epochs < 1:
         return None
     plain = OmegaConf.to_container(cfg, resolve=False)
@@ -153,8 +154,8 @@ class _Keeping:
     metrics and tables for the snapshot, and after each epoch shows waiting jobs its progress
     and saves a snapshot where another job wants one."""
 
-    def __init__(self, recorder: Recorder, entry: Entry, parts: Parts, progress: Progress):
-        self.recorder, self.entry, self.parts, self.progress = recorder, entry, parts, progress
+    def __init__(self, run: RunContext, entry: Entry):
+        self.run, self.recorder, self.entry = run, run.recorder, entry
         self.rows: list[dict[str, Any]] = []
 
     def log_metrics(self, metrics: Any, step: int) -> None:
@@ -166,68 +167,58 @@ class _Keeping:
         self.rows.append({"table": name, "value": table})
 
     def epoch_done(self) -> None:
-        epoch = self.parts.state.epoch
+        epoch = self.run.parts.state.epoch
         if epoch < self.entry.prefix.epochs and self.entry.wanted(epoch):
             self.save()
         beat(self.entry.folder / "lock")
 
     def save(self) -> None:
-        payload = checkpoint_payload(self.parts, self.progress)
+        payload = self.run.checkpoint_payload()
         payload["rows"] = json.dumps(self.rows)
-        save_checkpoint(self.entry.snapshot(self.parts.state.epoch), payload)
+        save_checkpoint(self.entry.snapshot(self.run.parts.state.epoch), payload)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.recorder, name)
 
 
-def fit_sharing(
-    entry: Entry | None,
-    parts: Parts,
-    recorder: Recorder,
-    progress: Progress,
-    path: Path,
-    logged_through: int = 0,
-) -> int:
-    """:func:`runner.train.fit.fit`, its prefix taken from or trained for the jobs of its sweep that
-    share it (``entry``; None: trained alone). Returns the epochs forked from a snapshot."""
-    if entry is None:
-        fit(parts, recorder, progress, path, logged_through)
-        return 0
+def fit_sharing(entry: Entry, run: RunContext) -> int:
+    """:func:`runner.train.fit.fit` for ``run``, its prefix taken from or trained for the jobs
+    of its sweep that share it (``entry``). Returns the epochs forked from a snapshot."""
     entry.want()
     wanted, lock = entry.snapshot(entry.prefix.epochs), entry.folder / "lock"
     what = f"the shared prefix to epoch {entry.prefix.epochs}"
     with turn(lock, WAIT_S, "prefixes.cache_dir", what, log.info, ready=wanted.exists):
         if wanted.exists():
-            forked = _fork(wanted, parts, recorder, progress, logged_through, [])
+            forked = _fork(wanted, run, [])
         else:  # this job's turn (or the holder stalled: then alone; snapshots are atomic)
-            keeping = _Keeping(recorder, entry, parts, progress)
+            keeping = _Keeping(run, entry)
             latest = entry.latest()
-            forked = 0
-            if latest is not None:
-                forked = _fork(latest, parts, recorder, progress, logged_through, keeping.rows)
-            logged_through = max(logged_through, forked)
-            on_epoch = keeping.epoch_done
-            until = entry.prefix.epochs
-            fit(parts, cast(Recorder, keeping), progress, path, logged_through, until, on_epoch)
+            forked = _fork(latest, run, keeping.rows) if latest is not None else 0
+            sharing = dataclasses.replace(
+                run,
+                recorder=cast(Recorder, keeping),
+                logged_through=max(run.logged_through, forked),
+            )
+            fit(sharing, entry.prefix.epochs, keeping.epoch_done)
             keeping.save()
-    logged_through = max(logged_through, entry.prefix.epochs)
+    run.logged_through = max(run.logged_through, entry.prefix.epochs)
     if forked:
-        recorder.set_tags({FORKED_TAG: str(forked)})
-        save_checkpoint(path, checkpoint_payload(parts, progress))
-    fit(parts, recorder, progress, path, logged_through)
+        run.recorder.set_tags({FORKED_TAG: str(forked)})
+        run.save_checkpoint()
+    fit(run)
     return forked
 
 
-def _fork(
-    snapshot: Path,
-    parts: Parts,
-    recorder: Recorder,
-    progress: Progress,
-    logged_through: int,
-    rows: list[dict[str, Any]],
-) -> int:
-    """Continue from ``snapshot``: its training state and progress, its metrics and tables
-    logged into this run (those after ``logged_through``) and kept in ``rows``; the epoch."""
+def _fork(snapshot: Path, run: RunContext, rows: list[dict[str, Any]]) -> int:
+    """Continue ``run`` from ``snapshot``: its training state and progress, its metrics and
+    tables logged into this run (those after ``run.logged_through``) and kept in ``rows``; the
+    epoch."""
+    parts, progress, recorder, logged_through = (
+        run.parts,
+        run.progress,
+        run.recorder,
+        run.logged_through,
+    )
     saved = load_checkpoint(snapshot)
     parts.state.load_state_dict(saved["train"])
     progress.load_state_dict(saved["progress"])

@@ -22,22 +22,22 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runner.tracking.stores import Row as Row
     from runner.tracking.stores import StoreLost as StoreLost
     from runner.tracking.tracker import Bystander as Bystander
-    from runner.tracking.tracker import Recorder as Recorder
     from runner.tracking.tracker import Tracker as Tracker
     from runner.tracking.tracker import log_to_run as log_to_run
     from runner.tracking.tracker import start_run as start_run
+    from runner.train.recorder import Recorder as Recorder
+    from runner.train.recorder import Row as Row
 
 _EXPORTS = {
-    "Bystander": "tracker",
-    "Recorder": "tracker",
-    "Tracker": "tracker",
-    "log_to_run": "tracker",
-    "start_run": "tracker",
-    "Row": "stores",
-    "StoreLost": "stores",
+    "Bystander": "runner.tracking.tracker",
+    "Recorder": "runner.train.recorder",
+    "Tracker": "runner.tracking.tracker",
+    "log_to_run": "runner.tracking.tracker",
+    "start_run": "runner.tracking.tracker",
+    "Row": "runner.train.recorder",
+    "StoreLost": "runner.tracking.stores",
 }
 __all__ = ["Bystander", "Recorder", "Row", "StoreLost", "Tracker", "log_to_run", "start_run"]
 
@@ -45,4 +45,4 @@ __all__ = ["Bystander", "Recorder", "Row", "StoreLost", "Tracker", "log_to_run",
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'runner.tracking' has no attribute {name!r}")
-    return getattr(import_module(f"runner.tracking.{_EXPORTS[name]}"), name)
+    return getattr(import_module(_EXPORTS[name]), name)

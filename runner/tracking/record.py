@@ -10,17 +10,18 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from runner.config import RUNTIME_KEYS, TrackingConfig, resolved
+from runner.config import resolved
 from runner.data import LongTailData, Samples
+from runner.fingerprint import RUNTIME_KEYS
+from runner.train.settings import TrackingConfig
 
 HASH_ROWS = 4096  # samples hashed at a time: a memory-mapped file is read in pieces
 CONTEXTS = {"train": "training", "val": "validation", "test": "test"}  # MLflow's context names
@@ -141,23 +142,6 @@ def dataset_inputs(cfg: DictConfig, data: LongTailData) -> list[Any]:
         context = InputTag(key="mlflow.data.context", value=CONTEXTS[split])
         inputs.append(DatasetInput(dataset=dataset._to_mlflow_entity(), tags=[context]))
     return inputs
-
-
-def per_class_as_table(tracking: TrackingConfig, num_classes: int) -> bool:
-    """Whether per-class values go into tables: above ``tracking.per_class_max`` classes a
-    metric key per class and value would be thousands of columns in MLflow's UI."""
-    return num_classes > tracking.per_class_max
-
-
-def class_table(class_names: Sequence[str], columns: dict[str, Any]) -> dict[str, list[Any]]:
-    """Per-class values as one table (``{"class": names, column: values}``), the form many
-    classes are recorded in instead of a metric key per class and value."""
-    table: dict[str, list[Any]] = {"class": list(class_names)}
-    for name, values in columns.items():
-        values = np.asarray(values).tolist()
-        assert len(values) == len(class_names), name
-        table[name] = values
-    return table
 
 
 def read_class_table(payload: dict[str, Any]) -> dict[str, dict[str, float]]:

@@ -22,7 +22,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from runner.errors import UserError, exit_with
+from runner.errors import UserError
+from runner.explain import exit_with
 from runner.extras import require
 
 DATABASE = "mlflow"

@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import mlflow
 import torch
@@ -21,10 +21,13 @@ from mlflow.entities import Metric, Param, Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import TrackingConfig, config_key, resolved, typed
+from runner.config import resolved, typed
+from runner.fingerprint import config_key
 from runner.signals import held
 from runner.tracking.runs import context_tags, experiment_id, find_run
-from runner.tracking.stores import Row, StoreLost, already_exists, project_store, resolve_uri
+from runner.tracking.stores import StoreLost, already_exists, project_store, resolve_uri
+from runner.train.recorder import Row
+from runner.train.settings import TrackingConfig
 
 if TYPE_CHECKING:
     from runner.data import LongTailData
@@ -51,41 +54,6 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
     return (items[i : i + size] for i in range(0, len(items), size))
-
-
-class Recorder(Protocol):
-    """What the training loop writes a run's record to: the MLflow :class:`Tracker` on rank 0
-    (or the one process), a :class:`Bystander` that records nothing on the other ranks."""
-
-    run_id: str
-    run_name: str
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
-
-    def log_rows(self, rows: list[Row]) -> None: ...
-
-    def last_step(self, key: str) -> int | None: ...
-
-    def set_tags(self, tags: Mapping[str, str]) -> None: ...
-
-    def log_artifacts(self, files: Mapping[str, Any]) -> None: ...
-
-    def finish(self, status: str = "FINISHED") -> None: ...
-
-    def where(self) -> str: ...
-
-    def log_inputs(self, datasets: list[Any]) -> None: ...
-
-    def log_table(self, name: str, table: dict[str, list[Any]]) -> None: ...
-
-    def log_model(
-        self,
-        model: torch.nn.Module,
-        example: Any,
-        class_names: list[str],
-        register: str | None,
-        step: int,
-    ) -> None: ...
 
 
 class Tracker:
@@ -343,7 +311,8 @@ def start_run(
     overrides, the config's fingerprint, MLflow's context tags), every resolved parameter, the
     data's class counts at step 0 (a table with many classes), its datasets (one per split) and
     ``config.yaml``; nested under ``parent_run_id`` (a sweep's parent) when given."""
-    from runner.tracking.record import class_table, dataset_inputs, per_class_as_table
+    from runner.tracking.record import dataset_inputs
+    from runner.train.recorder import class_table, per_class_as_table
 
     names = {group: choices[group] for group in ("sampler", "data", "model", "loss")}
     overridden = {o.split("=")[0].lstrip("+~") for o in overrides}

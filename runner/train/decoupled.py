@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from runner.errors import UserError
+from runner.models.heads import ScaledClassifier
 
 # The reference's sweep (its tau_norm.py: np.linspace(0, 2, 21)): tau=0 keeps the weights, tau=1
 # gives every class weight unit norm; above 1 the ordering of the norms inverts
@@ -51,24 +52,9 @@ TAU_GRID: tuple[float, ...] = tuple(step / 10 for step in range(21))
 # The halves are a function of the validation labels alone (this seed): every run on the same
 # split, whatever its own seed, cuts it alike, so the candidates of a race are scored alike.
 # Changing it changes every post-hoc stage's validation metrics (and the halves' taus) under the
-# same config: it then needs an entry per post-hoc stage in runner.config.REVISED, so that a
+# same config: it then needs an entry per post-hoc stage in runner.fingerprint.REVISED, so that a
 # resumed sweep does not take runs recorded with the old halves for the new ones.
 HALVES_SEED = 0
-
-
-class ScaledClassifier(nn.Module):
-    """A classifier whose logits are scaled per class: ``classifier(x) * scales``, with
-    ``scales`` (one per class, initially 1) the module's only parameter outside ``classifier``.
-    Any head: a linear layer's weight and bias, or a cosine head's cosines, scaled alike."""
-
-    def __init__(self, classifier: nn.Module, num_classes: int) -> None:
-        super().__init__()
-        self.classifier = classifier
-        device = next(classifier.parameters()).device
-        self.scales = nn.Parameter(torch.ones(num_classes, device=device))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(x) * self.scales
 
 
 def replace_classifier(model: nn.Module, replacement: nn.Module) -> None:
@@ -109,14 +95,14 @@ def adjusted_bias(bias: torch.Tensor, prior: torch.Tensor, tau: float) -> torch.
     return (bias.double() - adjustment.to(bias.device)).to(bias.dtype)
 
 
-def linear_classifier(model: nn.Module, stage: str) -> nn.Linear:
+def linear_classifier(model: nn.Module, stage: str, needs_bias: bool = False) -> nn.Linear:
     """The linear classifier a post-hoc stage changes: tau-normalisation rescales its weights
     (a cosine head's all have norm 1 already: there is nothing to rescale), logit adjustment
-    shifts its bias, which it needs. Any other head is refused, naming ``stage``."""
+    shifts its bias, which it then ``needs_bias``. Any other head is refused, naming ``stage``."""
     classifier = getattr(model, "classifier", None)
     if not isinstance(classifier, nn.Linear):
         kind = type(classifier).__name__
-    elif stage == "posthoc_la" and classifier.bias is None:
+    elif needs_bias and classifier.bias is None:
         kind = "torch.nn.Linear without a bias"
     else:
         return classifier
@@ -151,17 +137,6 @@ def validation_halves(labels: np.ndarray, seed: int = HALVES_SEED) -> np.ndarray
             "class twice\nset data.val_per_class=2 or more (or a larger data.val_fraction)"
         )
     return half_a
-
-
-def check_post_hoc(model: nn.Module, stage: str, val_labels: torch.Tensor | None) -> None:
-    """Refuse, before any run is recorded or trained, what post-hoc ``stage`` cannot work with:
-    a classifier it cannot change (:func:`linear_classifier`) and a validation split that does
-    not halve (:func:`validation_halves`). The config checks refuse a missing split and
-    ``data.val_per_class=1``; a ``data.val_fraction`` that leaves every class one row shows only
-    in the built split's labels, ``val_labels``."""
-    linear_classifier(model, stage)
-    assert val_labels is not None, "check_classifier_stage refuses a post-hoc stage without a split"
-    validation_halves(val_labels.numpy())
 
 
 @dataclass(frozen=True)

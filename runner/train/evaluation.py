@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from runner.config import HEADLINE
+from runner.train.settings import HEADLINE
 
 PER_CLASS = ("recall", "precision", "f1")
 

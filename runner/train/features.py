@@ -23,26 +23,27 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
-import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from runner import cache_dirs
-from runner.config import MODEL_RUNNER_KEYS
 from runner.data import LongTailData
 from runner.distributed import is_main
 from runner.errors import UserError
 from runner.locks import turn
 from runner.models import FeatureClassifier
+from runner.models.backbones import FrozenBackbone
 from runner.models.source import UnreadableCode, code_digest
+from runner.train.atomic import write_atomically
 from runner.train.feed import Feed
+from runner.train.settings import MODEL_RUNNER_KEYS
 from runner.train.state import autocast
 
 # Of the cache files (3: keyed by the inputs fed); a file of another format is computed again.
@@ -53,24 +54,6 @@ FORMAT = 3
 EXTRACT_BATCH = 256  # samples per backbone forward pass while computing features
 LOCK_WAIT_S = 1800.0  # the longest a job waits for another computing the same features
 SPLITS = ("train", "val", "test")
-
-
-class FrozenBackbone(nn.Module):
-    """``backbone`` without gradients, in eval mode whatever ``train()`` asks: its BatchNorm
-    statistics stay those it was loaded with and its dropout stays off."""
-
-    def __init__(self, backbone: nn.Module) -> None:
-        super().__init__()
-        self.backbone = backbone.requires_grad_(False).eval()
-
-    def train(self, mode: bool = True) -> FrozenBackbone:
-        super().train(mode)
-        self.backbone.eval()
-        return self
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return self.backbone(x)
 
 
 @dataclass
@@ -93,39 +76,40 @@ def augments(data: LongTailData, augment: bool) -> bool:
     return augment and spec is not None and (spec.flip or spec.crop_padding > 0)
 
 
-def backbone_name(model_cfg: DictConfig) -> str:
+def backbone_name(model_cfg: Mapping[str, Any]) -> str:
     """The backbone as a person names it: ``model.name`` where the group has one (timm,
-    torchvision), else the class."""
-    target = str(model_cfg._target_).rsplit(".", 1)[-1]
+    torchvision), else the class.
+
+    Example:
+        >>> backbone_name({"_target_": "runner.models.timm_backbone", "name": "resnet18"})
+        'timm_backbone:resnet18'
+    """
+    target = str(model_cfg["_target_"]).rsplit(".", 1)[-1]
     name = model_cfg.get("name")
     return f"{target}:{name}" if name else target
 
 
-def cache_root(cfg: DictConfig) -> Path:
-    """Where the features are cached: ``features.cache_dir``, or (null) the user's cache folder
-    (:mod:`runner.cache_dirs`), never the source tree."""
-    return Path(cfg.features.cache_dir or cache_dirs.folder("features")).expanduser()
-
-
-def freeze(
+def freeze_backbone(
     model: FeatureClassifier,
     data: LongTailData,
-    cfg: DictConfig,
+    model_cfg: Mapping[str, Any],
+    augment: bool,
+    folder: Path,
     device: torch.device,
 ) -> tuple[FeatureClassifier, LongTailData, FrozenInputs | None]:
-    """The model and data a run with ``model.freeze=true`` trains on: the head on cached features
-    (and what the logged model needs of the rest), or with augmentation the whole model with
-    its backbone frozen (and None)."""
+    """The model and data a run with ``model.freeze=true`` trains on: the head on features
+    cached in ``folder`` (and what the logged model needs of the rest), or with augmentation
+    (``augment``: ``trainer.augment``) the whole model with its backbone frozen (and None).
+    ``model_cfg`` is the model group's resolved config, part of the cache key."""
     backbone, head, dim = model.features, model.classifier, model.feature_dim
-    if augments(data, cfg.trainer.augment):
+    if augments(data, augment):
         _say(
             "features: not cached: augmentation is on (trainer.augment=true), so the frozen "
             "backbone computes them for every batch; trainer.augment=false computes them once"
         )
         return FeatureClassifier(FrozenBackbone(backbone), head, dim), data, None
     backbone = backbone.to(device).requires_grad_(False).eval()
-    folder = cache_root(cfg)
-    identity = backbone_identity(backbone, cfg.model, device)
+    identity = backbone_identity(backbone, model_cfg, device)
     computed: list[tuple[Path | None, torch.Tensor, float]] = []
     reused: list[Path] = []
     features: dict[str, torch.Tensor] = {}
@@ -154,7 +138,7 @@ def freeze(
             else:
                 _say(_unstable(split))
             computed.append((kept, features[split], seconds))
-    _say(_report(computed, reused, backbone_name(cfg.model)))
+    _say(_report(computed, reused, backbone_name(model_cfg)))
     swapped = dataclasses.replace(
         data,
         train_x=features["train"],
@@ -167,7 +151,7 @@ def freeze(
 
 
 def backbone_identity(
-    backbone: nn.Module, model_node: DictConfig, device: torch.device
+    backbone: nn.Module, model_cfg: Mapping[str, Any], device: torch.device
 ) -> dict[str, Any] | None:
     """What a backbone's features depend on besides its inputs: the model's config (less the
     runner's keys), its weights, its structure and code, and the precision; None, after one
@@ -180,11 +164,8 @@ def backbone_identity(
             "read, so an edit of it would go unseen; define it in a file to cache them"
         )
         return None
-    # The model node alone: the whole config holds Hydra's keys, some resolvable only in a job.
-    node = OmegaConf.to_container(model_node, resolve=True)
-    assert isinstance(node, dict)
     return {
-        "model": {str(k): v for k, v in node.items() if k not in MODEL_RUNNER_KEYS},
+        "model": {str(k): v for k, v in model_cfg.items() if k not in MODEL_RUNNER_KEYS},
         "weights": weights_digest(backbone),
         "code": code,
         "precision": "bfloat16" if device.type == "cuda" else "float32",
@@ -331,16 +312,11 @@ def write_entry(path: Path, key: str, features: torch.Tensor) -> None:
     """Write atomically (temporary file, fsync, rename); a folder that cannot take it is a
     :class:`UserError` naming ``features.cache_dir``."""
     entry = {"format": FORMAT, "key": key, "features": features, "checksum": _checksum(features)}
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    buffer = io.BytesIO()
+    torch.save(entry, buffer)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temporary, "wb") as file:
-            torch.save(entry, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        write_atomically(path, buffer.getbuffer())
     except OSError as error:
-        temporary.unlink(missing_ok=True)
         raise UserError(
             f"features.cache_dir: cannot write {path} ({error.strerror or error})\n"
             "set features.cache_dir=<a writable folder with room for the features>"

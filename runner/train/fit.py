@@ -14,36 +14,26 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from runner.config import POST_HOC_STAGES
 from runner.data import Augment, augment_batch
 from runner.errors import UserError
-from runner.parts import Parts, Progress
 from runner.signals import raise_if_stopped, stop_on_signals
-from runner.tracking import Recorder
-from runner.tracking.record import class_table, per_class_as_table
-from runner.train.decoupled import (
-    ClassifierInputs,
-    TauChoice,
-    check_post_hoc,
-    choose_adjustment,
-    choose_tau,
-    linear_classifier,
-)
+from runner.train.decoupled import ClassifierInputs, TauChoice
 from runner.train.evaluation import Evaluation, evaluate
 from runner.train.feed import Feed
 from runner.train.losses import LDAMLoss
+from runner.train.recorder import class_table, per_class_as_table
+from runner.train.run import Parts, RunContext
+from runner.train.stages import PostHocStage, stage_for
 from runner.train.state import (
     TrainState,
     autocast,
     batches_per_epoch,
-    save_checkpoint,
     start_classifier_stage,
     total_epochs,
 )
@@ -194,23 +184,23 @@ def sampling_metrics(
 
 
 def fit(
-    parts: Parts,
-    recorder: Recorder,
-    progress: Progress,
-    path: Path,
-    logged_through: int = 0,
-    until: int | None = None,
-    on_epoch: Callable[[], None] | None = None,
+    run: RunContext, until: int | None = None, on_epoch: Callable[[], None] | None = None
 ) -> None:
-    """Every epoch: train in the sampler's order, measure what was drawn, evaluate, log once
-    (steps up to ``logged_through`` were logged before a resume and are not logged again),
-    checkpoint to ``path``, call ``on_epoch``; stop after epoch ``until`` (default: the last;
-    called again, it continues). Signals are held until a batch ends, then stop the loop. With
+    """Every epoch of ``run``: train in the sampler's order, measure what was drawn, evaluate,
+    log once (steps up to ``run.logged_through`` were logged before and are not logged again),
+    checkpoint to ``run.path``, call ``on_epoch``; stop after epoch ``until`` (default: the
+    last; called again, it continues). Signals are held until a batch ends, then stop the loop. With
     ``trainer.classifier_epochs`` (cRT, LWS) the classifier stage follows ``trainer.epochs``;
     the evaluation that ends stage one is also logged as ``stage1/*``. With
     ``trainer.classifier_stage=tau_norm`` or ``posthoc_la`` the classifier is tau-normalised or
     logit-adjusted after the last epoch trains, before it is evaluated, and that evaluation's
     validation metrics are cross-fitted (:func:`_post_hoc`)."""
+    parts, recorder, progress, logged_through = (
+        run.parts,
+        run.recorder,
+        run.progress,
+        run.logged_through,
+    )
     trainer, data, state = parts.trainer, parts.data, parts.state
     names = data.class_names
     feed = (parts.device, data.normalize, data.feeding.num_workers)
@@ -224,9 +214,8 @@ def fit(
     tabled = per_class_as_table(
         parts.tracking, data.num_classes
     )  # many classes: one table an epoch
-    post_hoc = trainer.classifier_stage in POST_HOC_STAGES
-    if post_hoc:  # what it cannot work with, refused before training
-        check_post_hoc(state.model, trainer.classifier_stage, data.val_y)
+    stage = stage_for(trainer)
+    stage.check_built(state.model, data.val_y)  # what it cannot work with, refused before training
     with stop_on_signals(deferred=True):
         while state.epoch < (last if until is None else min(until, last)):
             if state.epoch >= trainer.epochs and not state.classifier_only:
@@ -271,8 +260,8 @@ def fit(
             metrics["train/lr"] = state.optimizer.param_groups[-1]["lr"]
             stage_one_ends = state.epoch == trainer.epochs < last
             tuned: TauChoice | None = None  # a post-hoc stage chooses on validation: cross-fitted
-            if state.epoch == last and post_hoc:
-                tuned = _post_hoc(parts, val_x)  # before the last evaluation
+            if state.epoch == last and isinstance(stage, PostHocStage):
+                tuned = _post_hoc(parts, stage, val_x)  # before the last evaluation
                 metrics.update(tuned.metrics())
             if state.epoch % trainer.eval_every == 0 or state.epoch == last or stage_one_ends:
                 evaluation = _evaluate(parts, test_x, test_y)
@@ -313,7 +302,7 @@ def fit(
                     recorder.log_table(f"per_class/epoch_{epoch:04d}.json", table)
             every = trainer.checkpoint_every
             if every and (state.epoch % every == 0 or state.epoch == last):
-                save_checkpoint(path, checkpoint_payload(parts, progress))
+                run.save_checkpoint()
             if on_epoch is not None:
                 on_epoch()
             raise_if_stopped()
@@ -333,7 +322,7 @@ def _scored(parts: Parts, y: np.ndarray, predictions: np.ndarray) -> Evaluation:
     return evaluate(y, predictions, counts, parts.data.class_names, shots.many_shot, shots.few_shot)
 
 
-def _post_hoc(parts: Parts, val_x: Feed | None) -> TauChoice:
+def _post_hoc(parts: Parts, stage: PostHocStage, val_x: Feed | None) -> TauChoice:
     """Tau-normalise (``tau_norm``) or logit-adjust (``posthoc_la``, by the training class
     frequencies) the trained classifier with the tau the validation split chooses, and cross-fit
     the validation predictions (:func:`runner.train.decoupled.cross_fit`): the last evaluation's
@@ -341,25 +330,20 @@ def _post_hoc(parts: Parts, val_x: Feed | None) -> TauChoice:
     once, when the last epoch has trained and before it is evaluated, so that the last
     evaluation, the final metrics, the last checkpoint and the logged model are the changed
     classifier's, and a run resumed from that checkpoint does not choose again."""
-    val_y, stage = parts.data.val_y, parts.trainer.classifier_stage
+    val_y = parts.data.val_y
     assert val_x is not None and val_y is not None  # refused before training without a split
     labels = val_y.numpy()
     model = parts.state.model
-    classifier = linear_classifier(model, stage)
     # Every rank reads the whole split (as an evaluation does), in the chunks and precision of
     # _predict: the backbone once, then each tau the classifier's pass alone.
     chunks = val_x.batches(torch.arange(len(val_x)), parts.trainer.eval_batch_size)
     predict = ClassifierInputs(model, chunks, lambda: autocast(parts.device)).predict
-    if stage == "tau_norm":
-        choice = choose_tau(classifier, predict, labels)
-    else:
-        counts = parts.data.train_counts.double()
-        choice = choose_adjustment(classifier, counts / counts.sum(), predict, labels)
+    choice = stage.choose(model, predict, labels, parts.data.train_counts)
     log.info(
         "%s: tau %.1f chosen on the whole validation split (the tau the test set and the "
         "checkpoint use); the validation metrics use tau %.1f (chosen on half A) for half B's "
         "rows and %.1f (chosen on half B) for half A's",
-        stage,
+        stage.name,
         choice.tau,
         choice.tau_a,
         choice.tau_b,
@@ -382,7 +366,3 @@ def _divergence_cause(parts: Parts, classifier_only: bool) -> tuple[str, str]:
             "both), or trainer.lr=0.01, or loss.scale=1",
         )
     return f"trainer.lr={trainer.lr}", "lower trainer.lr (or raise trainer.warmup_epochs)"
-
-
-def checkpoint_payload(parts: Parts, progress: Progress) -> dict[str, Any]:
-    return {"train": parts.state.state_dict(), "progress": progress.state_dict()}

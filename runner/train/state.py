@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import shutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -20,10 +19,11 @@ from typing import Any
 
 import torch
 
-from runner.config import TrainerConfig
 from runner.distributed import DataParallel, is_main
 from runner.errors import EnvironmentFailure, UserError
-from runner.train.decoupled import scale_classifier
+from runner.train.atomic import write_atomically
+from runner.train.settings import TrainerConfig
+from runner.train.stages import stage_for
 from samplers import Sampler
 
 
@@ -123,16 +123,9 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
         return
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temporary, "wb") as file:
-            file.write(buffer.getbuffer())
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        write_atomically(path, buffer.getbuffer())
     except OSError as error:
-        temporary.unlink(missing_ok=True)
         raise _unwritable(path, buffer.getbuffer().nbytes, error) from None
 
 
@@ -231,13 +224,8 @@ def build_state(
 
 def start_classifier_stage(state: TrainState) -> None:
     """The classifier stage of a decoupled recipe (Kang et al. 2020, "Decoupling representation
-    and classifier"): every weight is frozen; then, by ``trainer.classifier_stage``,
-
-    - ``retrain`` (cRT): the classifier (``model.classifier``) is re-initialised by its layer's
-      own ``reset_parameters`` (torch's default for a linear layer) and trains alone;
-    - ``scale`` (LWS): the classifier keeps its weights, frozen, and is wrapped so that its
-      logits are scaled per class by learnable factors, initially 1, the only parameters that
-      train (:func:`runner.train.decoupled.scale_classifier`).
+    and classifier"): every weight is frozen; then the stage ``trainer.classifier_stage`` names
+    (:mod:`runner.train.stages`: cRT's ``retrain``, LWS's ``scale``) prepares what trains.
 
     A fresh SGD (same momentum and weight decay) starts at ``classifier_lr`` (default ``lr``)
     and follows a cosine to zero over ``classifier_epochs``. The sampler decides what the stage
@@ -252,19 +240,8 @@ def start_classifier_stage(state: TrainState) -> None:
     dropout. A backbone frozen by ``model.freeze`` stays in eval mode either way
     (:class:`runner.train.features.FrozenBackbone`), its features cached or not."""
     cfg, model = state.config, state.model
-    classifier = model.classifier
-    assert isinstance(classifier, torch.nn.Module), "a classifier stage needs model.classifier"
     model.requires_grad_(False)
-    trained: list[torch.nn.Parameter]
-    if cfg.classifier_stage == "scale":
-        trained = [scale_classifier(model, state.sampler.num_classes)]
-    else:
-        for layer in classifier.modules():
-            reset = getattr(layer, "reset_parameters", None)
-            if callable(reset):
-                reset()
-        classifier.requires_grad_(True)
-        trained = list(classifier.parameters())
+    trained = stage_for(cfg).trainable(model, state.sampler.num_classes)
     if state.parallel is not None:  # DDP reduces the gradients of what trained when it was built
         state.parallel = DataParallel(model, state.parallel.device)
     state.optimizer = _sgd(trained, cfg, cfg.classifier_lr or cfg.lr)

@@ -9,7 +9,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from sklearn.metrics import balanced_accuracy_score, recall_score
 
-from runner.parts import build
+from runner.build import build
 from runner.tracking.record import mlflow_pytorch
 from tests.conftest import compose_config
 

@@ -1,0 +1,246 @@
+"""Classifier stages, one class each, chosen by name (``trainer.classifier_stage``): what a
+decoupled recipe does to the classifier after the representation trained for
+``trainer.epochs`` (Kang et al. 2020, "Decoupling representation and classifier"; Menon et al.
+2021 for post-hoc logit adjustment). The maths lives in :mod:`runner.train.decoupled`.
+
+A stage says what it refuses before anything is built (:meth:`ClassifierStage.check`) and once
+the model and the split are built (:meth:`ClassifierStage.check_built`); a stage that trains
+(``takes_epochs``) says which parameters train in its ``trainer.classifier_epochs``
+(:meth:`ClassifierStage.trainable`; :func:`runner.train.state.start_classifier_stage` freezes
+the rest and starts its optimizer, also when a checkpoint taken in the stage is resumed); a
+post-hoc stage (``post_hoc``) changes the classifier after the last epoch, choosing on the
+validation split (:meth:`PostHocStage.choose`). Every stage shares plain cross-entropy's epochs
+but its last (:meth:`ClassifierStage.shared_epochs`), which logs ``stage1/*`` or is changed.
+
+A new stage is one subclass with :func:`register` and one YAML under ``conf/method/`` setting
+``trainer.classifier_stage``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, TypeVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from runner.errors import UserError, config_error
+from runner.train.decoupled import (
+    TauChoice,
+    choose_adjustment,
+    choose_tau,
+    linear_classifier,
+    scale_classifier,
+    validation_halves,
+)
+from runner.train.settings import TrainerConfig
+
+KEY = "trainer.classifier_stage"
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    """What a stage's config check reads: the classifier epochs, ``model.head``, and the
+    validation split asked for (``data.val_per_class``, ``data.val_fraction``; None: unset)."""
+
+    classifier_epochs: int
+    head: str
+    val_per_class: int | None
+    val_fraction: float | None
+
+    @property
+    def has_validation(self) -> bool:
+        return bool(self.val_per_class or self.val_fraction)
+
+
+class ClassifierStage:
+    """The base of every stage; on its own, a run without one (:class:`NoStage`)."""
+
+    name: ClassVar[str]
+    takes_epochs: ClassVar[bool] = False  # trains for trainer.classifier_epochs after the others
+    post_hoc: ClassVar[bool] = False  # changes the classifier after the last epoch, no epochs
+
+    def check(self, settings: StageSettings) -> None:
+        """Refuse, before anything is built, a config the stage cannot run with."""
+        if settings.classifier_epochs and not self.takes_epochs:
+            raise config_error(
+                KEY,
+                f"{self.name} takes no classifier epochs, got trainer.classifier_epochs="
+                f"{settings.classifier_epochs}; set trainer.classifier_epochs=0, or use scale "
+                "(LWS) or retrain (cRT)",
+            )
+
+    def check_built(self, model: nn.Module, val_labels: torch.Tensor | None) -> None:
+        """Refuse, before any run is recorded, what the built model or split cannot do."""
+
+    def trainable(self, model: nn.Module, num_classes: int) -> list[nn.Parameter]:
+        """The parameters the stage trains, prepared (the caller has frozen every weight)."""
+        raise NotImplementedError(f"{self.name} trains no classifier epochs")
+
+    def shared_epochs(self, trainer: TrainerConfig) -> int:
+        """The epochs a run with this stage trains exactly like plain cross-entropy: all of
+        stage one but its last, which logs ``stage1/*`` or is changed after it trains."""
+        return trainer.epochs - 1
+
+
+_STAGES: dict[str, type[ClassifierStage]] = {}
+S = TypeVar("S", bound=type[ClassifierStage])
+
+
+def register(stage: S) -> S:
+    """Class decorator: ``trainer.classifier_stage=<stage.name>`` chooses ``stage``."""
+    _STAGES[stage.name] = stage
+    return stage
+
+
+def stage_names() -> tuple[str, ...]:
+    """The names ``trainer.classifier_stage`` takes, in registration order."""
+    return tuple(_STAGES)
+
+
+def stage_named(name: str) -> ClassifierStage:
+    """The registered stage ``name``; an unknown one is a :class:`UserError` listing them."""
+    if name not in _STAGES:
+        raise config_error(KEY, f"{name!r} is unknown; choose one of {stage_names()}")
+    return _STAGES[name]()
+
+
+def stage_for(trainer: TrainerConfig) -> ClassifierStage:
+    """The stage a run with ``trainer`` goes through: the one it names, or :class:`NoStage`
+    when that one trains and ``trainer.classifier_epochs`` is 0 (the default ``retrain``)."""
+    stage = stage_named(trainer.classifier_stage)
+    if stage.takes_epochs and not trainer.classifier_epochs:
+        return NoStage()
+    return stage
+
+
+@register
+class NoStage(ClassifierStage):
+    """No classifier stage: the classifier stage one trained is the run's."""
+
+    name = "none"
+
+    def shared_epochs(self, trainer: TrainerConfig) -> int:
+        return trainer.epochs + trainer.classifier_epochs
+
+
+@register
+class Retrain(ClassifierStage):
+    """cRT: the classifier (``model.classifier``) is re-initialised by its layers' own
+    ``reset_parameters`` (torch's default for a linear layer) and trains alone."""
+
+    name = "retrain"
+    takes_epochs = True
+
+    def trainable(self, model: nn.Module, num_classes: int) -> list[nn.Parameter]:
+        classifier = model.classifier
+        assert isinstance(classifier, nn.Module), "a classifier stage needs model.classifier"
+        for layer in classifier.modules():
+            reset = getattr(layer, "reset_parameters", None)
+            if callable(reset):
+                reset()
+        classifier.requires_grad_(True)
+        return list(classifier.parameters())
+
+
+@register
+class Scale(ClassifierStage):
+    """LWS: the classifier keeps its weights, frozen, and is wrapped so that its logits are
+    scaled per class by learnable factors, initially 1, the only parameters that train
+    (:func:`runner.train.decoupled.scale_classifier`)."""
+
+    name = "scale"
+    takes_epochs = True
+
+    def check(self, settings: StageSettings) -> None:
+        if not settings.classifier_epochs:
+            raise config_error(
+                KEY,
+                "scale (LWS) learns its class scales in trainer.classifier_epochs, which is 0; "
+                "set trainer.classifier_epochs=N (+method=lws sets 10)",
+            )
+
+    def trainable(self, model: nn.Module, num_classes: int) -> list[nn.Parameter]:
+        return [scale_classifier(model, num_classes)]
+
+
+Predict = Callable[[], np.ndarray]
+
+
+class PostHocStage(ClassifierStage):
+    """A stage that takes no epochs: after the last one, a tau chosen on the validation split
+    changes a linear classifier (``needs_bias``: its bias), the validation metrics cross-fitted."""
+
+    post_hoc = True
+    needs_bias: ClassVar[bool] = False
+    why_linear: ClassVar[str]  # why model.head must be linear, "{}" the head
+
+    def check(self, settings: StageSettings) -> None:
+        super().check(settings)
+        if settings.head != "linear":
+            reason = self.why_linear.format(settings.head)
+            raise config_error(KEY, f"{self.name} {reason}; use model.head=linear")
+        if settings.val_per_class == 1:
+            raise config_error(
+                "data.val_per_class",
+                f"{self.name} chooses tau on one half of the validation split and scores it on "
+                "the other, and 1 row of every class leaves the second half empty; set "
+                "data.val_per_class=2 or more",
+            )
+        if not settings.has_validation:
+            raise config_error(
+                KEY,
+                f"{self.name} chooses tau on a validation split, and data.val_per_class="
+                f"{settings.val_per_class}, data.val_fraction={settings.val_fraction} give "
+                "none; set data.val_per_class=N or data.val_fraction=F (never the test set)",
+            )
+
+    def check_built(self, model: nn.Module, val_labels: torch.Tensor | None) -> None:
+        """A classifier it cannot change, and a split that does not halve (a
+        ``data.val_fraction`` that leaves every class one row shows only in the built labels)."""
+        linear_classifier(model, self.name, self.needs_bias)
+        if val_labels is None:
+            raise UserError(f"{KEY}={self.name} needs a validation split; the data built none")
+        validation_halves(val_labels.numpy())
+
+    def choose(
+        self, model: nn.Module, predict: Predict, labels: np.ndarray, counts: torch.Tensor
+    ) -> TauChoice:
+        """Change ``model``'s classifier in place with the tau the validation rows (``labels``,
+        predicted by ``predict`` as the classifier stands) choose; ``counts``: the training
+        class counts."""
+        raise NotImplementedError
+
+
+@register
+class TauNorm(PostHocStage):
+    """tau-normalisation: every class weight becomes w_j / ||w_j||^tau, the bias dropped."""
+
+    name = "tau_norm"
+    why_linear = (
+        "rescales a linear head's class weights, and model.head={} has unit-norm ones already"
+    )
+
+    def choose(
+        self, model: nn.Module, predict: Predict, labels: np.ndarray, counts: torch.Tensor
+    ) -> TauChoice:
+        return choose_tau(linear_classifier(model, self.name), predict, labels)
+
+
+@register
+class PostHocAdjustment(PostHocStage):
+    """Post-hoc logit adjustment: the bias less log(pi^tau + 1e-12), pi the training class
+    frequencies."""
+
+    name = "posthoc_la"
+    needs_bias = True
+    why_linear = "shifts a linear head's bias, and model.head={} has none"
+
+    def choose(
+        self, model: nn.Module, predict: Predict, labels: np.ndarray, counts: torch.Tensor
+    ) -> TauChoice:
+        classifier = linear_classifier(model, self.name, needs_bias=True)
+        prior = counts.double() / counts.double().sum()
+        return choose_adjustment(classifier, prior, predict, labels)
