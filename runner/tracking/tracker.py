@@ -25,7 +25,7 @@ from runner.config import resolved, typed
 from runner.fingerprint import config_key
 from runner.signals import held
 from runner.tracking.runs import context_tags, experiment_id, find_run
-from runner.tracking.stores import StoreLost, already_exists, project_store, resolve_uri
+from runner.tracking.stores import StoreLost, already_exists, browse_command, resolve_uri
 from runner.train.recorder import Row
 from runner.train.settings import TrackingConfig
 
@@ -228,12 +228,7 @@ class Tracker:
             self.client.set_terminated(self.run_id, status=status)
 
     def where(self) -> str:
-        if self.uri.startswith(("http://", "https://")):
-            ui = f"{self.uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
-        elif self.uri == project_store():
-            ui = "make ui"
-        else:
-            ui = f"mlflow ui --backend-store-uri {self.uri}"
+        ui = browse_command(self.uri)
         return f"run {self.run_id} in experiment {self.experiment_id} at {self.uri} (browse: {ui})"
 
 
