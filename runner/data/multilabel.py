@@ -172,10 +172,10 @@ def label_rates(
 def synthetic_multilabel(
     num_classes: int = 10,
     dim: int = 32,
-    train_size: int = 3000,
-    test_size: int = 1000,
+    train_size: int = 4000,
+    test_size: int = 2000,
     head_rate: float = 0.4,
-    imbalance_factor: float = 50.0,
+    imbalance_factor: float = 100.0,
     profile: str = "exp",
     co_occurrence: float = 0.7,
     separation: float = 3.0,

@@ -1,0 +1,104 @@
+"""What an epoch of a multi-label run records beside the training itself (which is the loop's,
+:func:`runner.train.fit.train_epoch`, unchanged: its loss takes the batch's label rows): the
+label shares the sampler drew, co-labels included, against the intended ones, and the
+evaluation of sigmoid scores, the validation split first so that its F1 thresholds are the
+ones the test split is counted at.
+
+The validation split's own F1 is counted at the fixed threshold (nothing is chosen on the rows
+it scores); its mAP, which needs no threshold, picks the best epoch and is a race's objective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from runner.train.feed import Feed
+from runner.train.multilabel_evaluation import (
+    MultiLabelEvaluation,
+    choose_f1_thresholds,
+    evaluate_multilabel,
+)
+from samplers import Sampler, multilabel_sampling_stats
+
+
+@torch.no_grad()
+def sigmoid_scores(model: torch.nn.Module, feed: Feed, batch_size: int) -> torch.Tensor:
+    """Every sample's per-class probabilities (N, C), float64 on the CPU, in eval mode, read in
+    chunks of ``batch_size`` as a prediction is."""
+    was_training = model.training
+    model.eval()
+    try:
+        chunks = feed.batches(torch.arange(len(feed)), batch_size)
+        out = [torch.sigmoid(model(x).float()).double().cpu() for x in chunks]
+    finally:
+        model.train(was_training)
+    return torch.cat(out)
+
+
+def multilabel_sampling_metrics(
+    sampler: Sampler, delivered: torch.Tensor, class_names: list[str], per_class: bool = True
+) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """What the epoch drew against what the sampler intended, a drawn sample counting once for
+    each of its labels (:func:`samplers.multilabel_sampling_stats`): the same keys as a
+    single-label run's, and ``sampling/labels_per_draw``."""
+    target = sampler.target_class_shares()
+    stats = multilabel_sampling_stats(delivered, sampler.labels, target)
+    metrics: dict[str, float] = {}
+    if per_class:
+        for name, share, intended in zip(class_names, stats.shares, target, strict=True):
+            metrics[f"sampling/share/{name}"] = float(share)
+            metrics[f"sampling/target/{name}"] = float(intended)
+    metrics.update(
+        {
+            "sampling/unique_ratio": stats.unique_ratio,
+            "sampling/max_repeats": float(stats.max_repeats),
+            "sampling/never_drawn": stats.never_drawn,
+            "sampling/kl_to_target": stats.kl_to_target,
+            "sampling/imbalance_ratio": stats.imbalance_ratio,
+            "sampling/labels_per_draw": stats.labels_per_draw,
+        }
+    )
+    return metrics, stats.shares.numpy(), target.numpy()
+
+
+@dataclass
+class MultiLabelEpoch:
+    """One evaluation: the test split's (F1 at the validation split's thresholds, when there is
+    one) and the validation split's; ``score`` picks the best epoch (validation mAP, else the
+    test mAP, as a single-label run falls back to the test set)."""
+
+    test: MultiLabelEvaluation
+    val: MultiLabelEvaluation | None
+
+    @property
+    def score(self) -> float:
+        return (self.val or self.test).mAP
+
+
+def evaluate_epoch(
+    model: torch.nn.Module,
+    test: tuple[Feed, torch.Tensor],
+    val: tuple[Feed, torch.Tensor] | None,
+    train_counts: np.ndarray,
+    class_names: list[str],
+    batch_size: int,
+    shots: tuple[int, int] = (100, 20),
+) -> MultiLabelEpoch:
+    """Score the validation split (if any), choose each class's F1 threshold on it, and score
+    the test split at those thresholds. ``test`` and ``val`` are (inputs, (N, C) labels)."""
+    many, few = shots
+    validation, thresholds = None, None
+    if val is not None:
+        val_scores = sigmoid_scores(model, val[0], batch_size)
+        thresholds = choose_f1_thresholds(val_scores, val[1])
+        validation = evaluate_multilabel(
+            val_scores, val[1], train_counts, class_names, None, many, few
+        )
+    test_scores = sigmoid_scores(model, test[0], batch_size)
+    tested = evaluate_multilabel(
+        test_scores, test[1], train_counts, class_names, thresholds, many, few
+    )
+    return MultiLabelEpoch(tested, validation)
