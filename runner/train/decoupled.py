@@ -83,7 +83,16 @@ def scale_classifier(model: nn.Module, num_classes: int) -> nn.Parameter:
 
 def tau_normalised(weight: torch.Tensor, tau: float) -> torch.Tensor:
     """Every class weight (a row of a linear layer's ``weight``) divided by its norm to the power
-    ``tau``: w_j / ||w_j||^tau."""
+    ``tau``: w_j / ||w_j||^tau.
+
+    Example:
+        >>> weight = torch.tensor([[3.0, 4.0], [0.6, 0.8]])  # norms 5 and 1
+        >>> tau_normalised(weight, 1.0)
+        tensor([[0.6000, 0.8000],
+                [0.6000, 0.8000]])
+        >>> tau_normalised(weight, 0.0).equal(weight)
+        True
+    """
     norms = weight.norm(dim=1, keepdim=True).clamp_min(torch.finfo(weight.dtype).tiny)
     return weight / norms.pow(tau)
 

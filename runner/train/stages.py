@@ -101,7 +101,17 @@ def stage_names() -> tuple[str, ...]:
 
 
 def stage_named(name: str) -> ClassifierStage:
-    """The registered stage ``name``; an unknown one is a :class:`UserError` listing them."""
+    """The registered stage ``name``; an unknown one is a :class:`UserError` listing them.
+
+    Example:
+        >>> stage = stage_named("tau_norm")
+        >>> stage.post_hoc, stage.takes_epochs
+        (True, False)
+        >>> stage_named("lws")
+        Traceback (most recent call last):
+        ...
+        runner.errors.UserError: config error at 'trainer.classifier_stage': 'lws' is unknown; choose one of ('none', 'retrain', 'scale', 'tau_norm', 'posthoc_la')
+    """
     if name not in _STAGES:
         raise config_error(KEY, f"{name!r} is unknown; choose one of {stage_names()}")
     return _STAGES[name]()

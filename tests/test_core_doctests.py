@@ -1,0 +1,24 @@
+"""The examples in the training core's docstrings run as written."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+WITH_EXAMPLES = (
+    "runner.train.atomic",
+    "runner.train.decoupled",
+    "runner.train.features",
+    "runner.train.recorder",
+    "runner.train.stages",
+)
+
+
+@pytest.mark.parametrize("name", WITH_EXAMPLES)
+def test_the_examples_run(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
