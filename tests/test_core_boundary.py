@@ -106,3 +106,18 @@ def test_models_logged_before_the_core_moved_find_their_classes():
         # Protocol 0 names a class as text ("c<module>\n<name>"): the old reference, resolved today.
         old = pickle.dumps(cls, protocol=0).replace(cls.__module__.encode(), module.encode())
         assert pickle.loads(old) is cls
+
+
+def test_help_loads_neither_torch_nor_mlflow():
+    """``python -m runner --help`` answers from Hydra and the config alone (importtime lists
+    every module a fresh interpreter imports, each on its own line)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "runner", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert "hydra" in imported and "runner.config" in imported  # the listing is read right
+    assert not {"torch", "mlflow", "runner.train.fit"} & imported
