@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import UserError
 from runner.explain import exit_with
-from runner.signals import on_stop
+from runner.signals import Interrupted, on_stop
 
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 STOP_WAIT_SECONDS = 60  # how long a stopped sweep waits for its jobs to checkpoint and end
@@ -201,8 +201,6 @@ def end_open_sweeps(error: BaseException) -> None:
     if not _open:  # a single run, or a sweep that ended well: nothing to end (and no import)
         return
     from mlflow.tracking import MlflowClient
-
-    from runner.signals import Interrupted
 
     stopped = isinstance(error, (Interrupted, KeyboardInterrupt))
     for run_id, uri in list(_open.items()):

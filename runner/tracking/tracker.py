@@ -24,9 +24,10 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config import resolved, typed
 from runner.fingerprint import config_key
 from runner.signals import held
+from runner.tracking.record import dataset_inputs, mlflow_pytorch
 from runner.tracking.runs import context_tags, experiment_id, find_run
 from runner.tracking.stores import StoreLost, already_exists, browse_command, resolve_uri
-from runner.train.recorder import Row
+from runner.train.recorder import Row, class_table, per_class_as_table
 from runner.train.settings import TrackingConfig
 
 if TYPE_CHECKING:
@@ -195,8 +196,6 @@ class Tracker:
         metrics of ``step`` to it (logging them again with the model's id)."""
         from mlflow.models import infer_signature
 
-        from runner.tracking.record import mlflow_pytorch
-
         with torch.no_grad():
             outputs = model(torch.as_tensor(example)).numpy()
 
@@ -306,9 +305,6 @@ def start_run(
     overrides, the config's fingerprint, MLflow's context tags), every resolved parameter, the
     data's class counts at step 0 (a table with many classes), its datasets (one per split) and
     ``config.yaml``; nested under ``parent_run_id`` (a sweep's parent) when given."""
-    from runner.tracking.record import dataset_inputs
-    from runner.train.recorder import class_table, per_class_as_table
-
     names = {group: choices[group] for group in ("sampler", "data", "model", "loss")}
     overridden = {o.split("=")[0].lstrip("+~") for o in overrides}
     # A published recipe (conf/method/: sampler, loss and settings); not when sampler= or loss=

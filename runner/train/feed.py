@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +28,7 @@ from torch.utils.data import DataLoader
 from runner.data import LongTailData, Normalize, to_model_input
 from runner.data.samples import SampleError, Samples, default_workers
 from runner.errors import UserError
+from runner.train.evaluation import predict
 
 log = logging.getLogger("runner")
 
@@ -45,8 +47,6 @@ def available_memory() -> int:
     except OSError:
         pass
     try:
-        import os
-
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return 8 * GIB
@@ -210,8 +210,6 @@ class Feed:
             and self.normalize is None
             and self.memory.dtype == torch.float32
         ):
-            from runner.train.evaluation import predict
-
             return predict(model, self.memory, batch_size)
         chunks: Iterator[torch.Tensor]
         if self.memory is not None:  # slices, in the same chunks as the DataLoader's
