@@ -14,11 +14,8 @@ import torch
 from runner.config import trainer_config
 from runner.data.multilabel import MultiLabelData, synthetic_multilabel
 from runner.models import MLP
-from runner.train.feed import Feed
-from runner.train.fit import train_epoch
 from runner.train.multilabel_losses import DistributionBalancedLoss, MultiLabelBCE
-from runner.train.multilabel_run import evaluate_epoch, multilabel_sampling_metrics
-from runner.train.state import build_state
+from runner.train.multilabel_run import EpochRecord, multilabel_sampling_metrics, train_multilabel
 from samplers import (
     MultiLabelClassAwareSampler,
     MultiLabelInstanceSampler,
@@ -58,23 +55,11 @@ def test_class_aware_draws_each_class_within_its_binomial_tolerance(
     assert shares[0] > 0.2 and math.isclose(float(shares.sum()), 1.0)
 
 
-def train(data: MultiLabelData, sampler: Sampler, loss: torch.nn.Module, epochs: int = 4):  # type: ignore[no-untyped-def]
+def train(data: MultiLabelData, sampler: Sampler, loss: torch.nn.Module) -> list[EpochRecord]:
     torch.manual_seed(0)
     model = MLP(data.in_shape, data.num_classes, hidden=(64,))
-    trainer = trainer_config(epochs=epochs, batch_size=128, lr=0.1, warmup_epochs=0)
-    state = build_state(model, sampler, trainer, seed=0)
-    device = torch.device("cpu")
-    train_x = Feed(data.train_x, device)
-    test = (Feed(data.test_x, device), data.test_y)
-    val = (Feed(data.val_x, device), data.val_y)
-    counts = data.train_counts.numpy()
-    records = []
-    for _ in range(epochs):
-        result = train_epoch(state, train_x, data.train_y, loss, 128, None)
-        drawn, shares, _ = multilabel_sampling_metrics(sampler, result.delivered, data.class_names)
-        scored = evaluate_epoch(model, test, val, counts, data.class_names, 1024)
-        records.append((result.mean_loss, drawn, shares, scored))
-    return records
+    trainer = trainer_config(epochs=4, batch_size=128, lr=0.1, warmup_epochs=0)
+    return train_multilabel(data, model, sampler, loss, trainer, seed=0)
 
 
 @pytest.mark.parametrize(
@@ -87,9 +72,9 @@ def test_every_multilabel_strategy_trains_and_records(
     sampler = strategy(data.train_y, seed=0)
     loss = MultiLabelBCE(data.train_counts, None, 4)
     records = train(data, sampler, loss)
-    first_loss, _, _, first = records[0]
-    last_loss, drawn, shares, last = records[-1]
-    assert last_loss < first_loss
+    first, last = records[0].scores, records[-1].scores
+    drawn, shares = records[-1].sampling, records[-1].shares
+    assert records[-1].mean_loss < records[0].mean_loss
     prevalence = float(data.test_y.double().mean())  # a random ranking's expected AP, roughly
     assert last.test.mAP > 3 * prevalence and last.test.mAP > first.test.mAP
     assert last.val is not None and last.score == last.val.mAP
@@ -107,5 +92,5 @@ def test_the_distribution_balanced_loss_trains_with_class_aware_sampling(
     sampler = MultiLabelClassAwareSampler(data.train_y, seed=0)
     loss = DistributionBalancedLoss(data.train_counts, None, 4, train_size=data.train_size)
     records = train(data, sampler, loss)
-    assert records[-1][0] < records[0][0]
-    assert records[-1][3].test.mAP > records[0][3].test.mAP
+    assert records[-1].mean_loss < records[0].mean_loss
+    assert records[-1].scores.test.mAP > records[0].scores.test.mAP
