@@ -105,7 +105,7 @@ def _class_table_metrics(client: MlflowClient, run_id: str) -> dict[str, float]:
     import json
     import tempfile
 
-    from runner.tracking.record import read_class_table
+    from runner.train.recorder import read_class_table
 
     with tempfile.TemporaryDirectory() as folder:
         try:

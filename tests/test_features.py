@@ -16,7 +16,7 @@ from runner.config import CONF
 from runner.data import LongTailData
 from runner.locks import turn
 from runner.models import FeatureClassifier
-from runner.tracking.record import digest_of
+from runner.tracking.datasets import digest_of
 from runner.train.features import FrozenBackbone
 from runner.train.feed import place
 from tests.conftest import compose_config
@@ -219,7 +219,7 @@ def trained_run(cfg, tracking_uri: str):
 
     from runner.app import run
     from runner.build import build_parts
-    from runner.tracking.record import mlflow_pytorch
+    from runner.tracking.flavor import mlflow_pytorch
 
     built = build_parts(cfg).state.model
     before = {k: v.clone() for k, v in built.state_dict().items()}

@@ -1,7 +1,8 @@
 """Multi-label runs on the synthetic long tail: class-aware sampling draws each class within its
 binomial tolerance of the intended share, and every multi-label strategy trains through the
 runner's own epoch (:func:`runner.train.fit.train_epoch`), recording mAP, per-class AP and the
-drawn label shares."""
+drawn label shares; a binary 95/5 run reports average precision, ROC AUC and the threshold
+chosen on the validation split."""
 
 from __future__ import annotations
 
@@ -10,17 +11,32 @@ import math
 import numpy as np
 import pytest
 import torch
+from sklearn.metrics import average_precision_score, recall_score, roc_auc_score
 
 from runner.config import trainer_config
+from runner.data import synthetic_lt
 from runner.data.multilabel import MultiLabelData, synthetic_multilabel
 from runner.models import MLP
+from runner.train.feed import Feed
+from runner.train.fit import train_epoch
+from runner.train.losses import ClassWeightedLoss
+from runner.train.multilabel_evaluation import choose_precision_threshold
 from runner.train.multilabel_losses import DistributionBalancedLoss, MultiLabelBCE
-from runner.train.multilabel_run import EpochRecord, multilabel_sampling_metrics, train_multilabel
+from runner.train.multilabel_run import (
+    EpochRecord,
+    evaluate_rare_positives,
+    multilabel_sampling_metrics,
+    positive_class,
+    probabilities,
+    train_multilabel,
+)
+from runner.train.state import build_state
 from samplers import (
     MultiLabelClassAwareSampler,
     MultiLabelInstanceSampler,
     MultiLabelWeightedSampler,
     Sampler,
+    UniformSampler,
 )
 
 pytestmark = pytest.mark.unit
@@ -94,3 +110,34 @@ def test_the_distribution_balanced_loss_trains_with_class_aware_sampling(
     records = train(data, sampler, loss)
     assert records[-1].mean_loss < records[0].mean_loss
     assert records[-1].scores.test.mAP > records[0].scores.test.mAP
+
+
+def test_a_binary_95_5_run_reports_ap_roc_auc_and_the_validation_threshold() -> None:
+    data = synthetic_lt(
+        num_classes=2, n_max=950, imbalance_factor=19, val_per_class=40, separation=1.5
+    )
+    assert data.train_counts.tolist() == [950, 50]
+    torch.manual_seed(0)
+    model = MLP(data.in_shape, data.num_classes, hidden=(32,))
+    trainer = trainer_config(epochs=3, batch_size=64, lr=0.05, warmup_epochs=0)
+    sampler = UniformSampler(data.train_y, seed=0)
+    state = build_state(model, sampler, trainer, seed=0)
+    loss = ClassWeightedLoss(data.train_counts, None, 3)
+    feed = Feed(data.train_x, torch.device("cpu"))
+    for _ in range(3):
+        train_epoch(state, feed, data.train_y, loss, 64, None)
+    positive = positive_class(data.train_counts)
+    test = (Feed(data.test_x, torch.device("cpu")), data.test_y)
+    val = (Feed(data.val_x, torch.device("cpu")), data.val_y)
+    result = evaluate_rare_positives(model, test, val, positive, 0.9, 256)
+    assert positive == 1 and result.val is not None
+    scores = probabilities(model, test[0], 256, multi_label=False)[:, 1].numpy()
+    truth = (data.test_y == 1).numpy()
+    assert abs(result.test.average_precision - average_precision_score(truth, scores)) < 1e-12
+    assert abs(result.test.roc_auc - roc_auc_score(truth, scores)) < 1e-12
+    val_scores = probabilities(model, val[0], 256, multi_label=False)[:, 1]
+    threshold = choose_precision_threshold(val_scores, data.val_y == 1, 0.9)
+    assert result.test.threshold == threshold and result.test.thresholds_from == "validation"
+    assert result.test.recall == pytest.approx(recall_score(truth, scores >= threshold))
+    assert result.val.thresholds_from == "fixed"
+    assert result.test.roc_auc > 0.8  # the classes are separable: it learnt something

@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from runner.build import build
-from runner.tracking.record import dataset_inputs
+from runner.tracking.datasets import dataset_inputs
 from tests.conftest import compose_config
 from tests.helpers.cli import run_cli
 from tests.helpers.record import assert_record

@@ -175,7 +175,7 @@ def test_every_file_source_trains_to_the_end_with_every_figure(source, tmp_path,
     client, found = only_run(tracking_uri)
     assert found.info.status == "FINISHED"
     if source == "cifar100_lt":  # above tracking.per_class_max: per-class values as a table
-        from runner.tracking.record import read_class_table
+        from runner.train.recorder import read_class_table
 
         local = client.download_artifacts(found.info.run_id, "per_class/final.json", str(tmp_path))
         table = read_class_table(json.loads(Path(local).read_text()))

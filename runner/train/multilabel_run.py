@@ -19,8 +19,11 @@ from runner.data.multilabel import MultiLabelData
 from runner.train.feed import Feed
 from runner.train.fit import train_epoch
 from runner.train.multilabel_evaluation import (
+    BinaryEvaluation,
     MultiLabelEvaluation,
     choose_f1_thresholds,
+    choose_precision_threshold,
+    evaluate_binary,
     evaluate_multilabel,
 )
 from runner.train.settings import TrainerConfig
@@ -29,14 +32,18 @@ from samplers import Sampler, multilabel_sampling_stats
 
 
 @torch.no_grad()
-def sigmoid_scores(model: torch.nn.Module, feed: Feed, batch_size: int) -> torch.Tensor:
-    """Every sample's per-class probabilities (N, C), float64 on the CPU, in eval mode, read in
-    chunks of ``batch_size`` as a prediction is."""
+def probabilities(
+    model: torch.nn.Module, feed: Feed, batch_size: int, multi_label: bool = True
+) -> torch.Tensor:
+    """Every sample's class probabilities (N, C), float64 on the CPU: sigmoids of the logits
+    for multi-label data, their softmax otherwise; in eval mode, read in chunks of
+    ``batch_size`` as a prediction is."""
+    activate = torch.sigmoid if multi_label else (lambda z: torch.softmax(z, dim=1))
     was_training = model.training
     model.eval()
     try:
         chunks = feed.batches(torch.arange(len(feed)), batch_size)
-        out = [torch.sigmoid(model(x).float()).double().cpu() for x in chunks]
+        out = [activate(model(x).float()).double().cpu() for x in chunks]
     finally:
         model.train(was_training)
     return torch.cat(out)
@@ -96,16 +103,54 @@ def evaluate_epoch(
     many, few = shots
     validation, thresholds = None, None
     if val is not None:
-        val_scores = sigmoid_scores(model, val[0], batch_size)
+        val_scores = probabilities(model, val[0], batch_size)
         thresholds = choose_f1_thresholds(val_scores, val[1])
         validation = evaluate_multilabel(
             val_scores, val[1], train_counts, class_names, None, many, few
         )
-    test_scores = sigmoid_scores(model, test[0], batch_size)
+    test_scores = probabilities(model, test[0], batch_size)
     tested = evaluate_multilabel(
         test_scores, test[1], train_counts, class_names, thresholds, many, few
     )
     return MultiLabelEpoch(tested, validation)
+
+
+@dataclass
+class RarePositives:
+    """One evaluation of the positive class of single-label data (binary, or one class against
+    the rest): the test split's, counted at the threshold chosen on the validation split, and
+    the validation split's own (at the fixed threshold)."""
+
+    test: BinaryEvaluation
+    val: BinaryEvaluation | None
+
+
+def positive_class(train_counts: torch.Tensor) -> int:
+    """The rare positives' class: the one with the fewest training samples (the first such)."""
+    return int(torch.argmin(train_counts))
+
+
+def evaluate_rare_positives(
+    model: torch.nn.Module,
+    test: tuple[Feed, torch.Tensor],
+    val: tuple[Feed, torch.Tensor] | None,
+    positive: int,
+    target_precision: float,
+    batch_size: int,
+) -> RarePositives:
+    """Score class ``positive`` against the rest: average precision, ROC AUC, and precision,
+    recall and F1 at the lowest threshold whose precision on the validation split reaches
+    ``target_precision`` (fixed at 0.5 without a validation split). ``test`` and ``val`` are
+    (inputs, 1-D class labels)."""
+    threshold, validation = None, None
+    if val is not None:
+        scores = probabilities(model, val[0], batch_size, multi_label=False)[:, positive]
+        truth = val[1] == positive
+        threshold = choose_precision_threshold(scores, truth, target_precision)
+        validation = evaluate_binary(scores, truth, target_precision)
+    scores = probabilities(model, test[0], batch_size, multi_label=False)[:, positive]
+    tested = evaluate_binary(scores, test[1] == positive, target_precision, threshold)
+    return RarePositives(tested, validation)
 
 
 @dataclass

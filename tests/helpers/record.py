@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from sklearn.metrics import balanced_accuracy_score, recall_score
 
 from runner.build import build
-from runner.tracking.record import mlflow_pytorch
+from runner.tracking.flavor import mlflow_pytorch
 from tests.conftest import compose_config
 
 ENVIRONMENT = ("world_size", "backend", "device", "precision", "torch", "threads", "host")
