@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
+
+from tests.helpers.cli import run_python
 
 pytestmark = [
     pytest.mark.gpu,  # the GPU check (on the CPU: it must fail honestly)
@@ -14,11 +13,9 @@ pytestmark = [
 ]
 
 
-def test_without_a_gpu_it_says_so_in_one_line():
-    done = subprocess.run(
-        [sys.executable, "-m", "scripts.gpu_check"], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 2 and done.stdout.strip().count("\n") == 0
+def test_without_a_gpu_it_says_so_in_one_line(tmp_path):
+    done = run_python("-m", "scripts.gpu_check", cwd=tmp_path, timeout=120, expect=2)
+    assert done.stdout.strip().count("\n") == 0
     assert "needs a CUDA device" in done.stdout
 
 

@@ -32,7 +32,16 @@ HISTORIES = ("train/loss", "test/balanced_accuracy", "sampling/kl_to_target", "t
 
 def _sweep(tmp_path: Path, uri: str, name: str, *extra: str) -> dict[tuple[str, str], object]:
     cache = tmp_path / f"cache-{name}"
-    run_cli(*SWEEP, *extra, f"prefixes.cache_dir={cache}", cwd=tmp_path, uri=uri, multirun=True)
+    launched = any(e.startswith("hydra/launcher=") for e in extra)  # its jobs: other processes
+    run_cli(
+        *SWEEP,
+        *extra,
+        f"prefixes.cache_dir={cache}",
+        cwd=tmp_path,
+        uri=uri,
+        multirun=True,
+        fresh=launched,
+    )
     assert not cache.exists() or not any(cache.iterdir()), "a finished sweep removes its snapshots"
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])

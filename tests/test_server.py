@@ -141,16 +141,16 @@ def test_a_joblib_sweep_into_a_postgres_backed_server(server, tmp_path):
 
 
 def test_sweeps_at_once_into_a_fresh_experiment_finish_every_job(server, tmp_path):
-    """Two sweeps of four jobs each, all at once (n_jobs=4), into one new experiment: their
-    parents create it together, all eight jobs log the same new datasets together, and one
-    sweep's four jobs register their models under one name together. Each round into a new
-    experiment, so that every creation races again: one round in the suite (a round takes
-    minutes on two cores; the forced-conflict tests below make the race certain), more with
-    SAMPLERLAB_SERVER_ROUNDS=10."""
+    """Two sweeps of four jobs each, at once (two joblib workers each: four jobs at a time),
+    into one new experiment: their parents create it together, their jobs log the same new
+    datasets together, and one sweep's jobs register their models under one name together.
+    Each round into a new experiment, so that every creation races again: one round in the
+    suite (a round takes minutes on two cores; the forced-conflict tests below make the race
+    certain), more with SAMPLERLAB_SERVER_ROUNDS=10."""
     client = MlflowClient(server.url)
     for round_ in range(int(os.environ.get("SAMPLERLAB_SERVER_ROUNDS", "1"))):
         name, model = f"at-once-{round_}", f"at-once-model-{round_}"
-        common = ["hydra.launcher.n_jobs=4", "sampler=uniform,weighted", "seed=0,1", *TINY]
+        common = ["hydra.launcher.n_jobs=2", "sampler=uniform,weighted", "seed=0,1", *TINY]
         common.append(f"tracking.experiment={name}")
         sweeps = [
             sweep(server.url, tmp_path / f"{round_}-a", *common, "tracking.log_model=false"),
