@@ -14,6 +14,7 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
+from runner.train.evaluation import Evaluation, evaluate
 from runner.train.multilabel_evaluation import (
     FIXED_THRESHOLD,
     MultiLabelEvaluation,
@@ -21,6 +22,7 @@ from runner.train.multilabel_evaluation import (
     choose_precision_threshold,
     evaluate_binary,
     evaluate_multilabel,
+    evaluation_from_state,
 )
 from runner.train.ranking import (
     average_precision,
@@ -150,8 +152,13 @@ def test_group_maps_and_classes_without_positives() -> None:
     metrics = result.metrics(list("abcd"), "val")
     assert "val/ap/d" not in metrics and metrics["val/ap/a"] == pytest.approx(ap[0])
     assert metrics["val/mAP"] == result.mAP
-    restored = MultiLabelEvaluation.from_state(result.state_dict())
+    restored = evaluation_from_state(result.state_dict())
+    assert isinstance(restored, MultiLabelEvaluation) and restored.score == result.mAP
     assert restored.metrics(list("abcd"), "val") == metrics
+    assert f"{ap[0]:6.4f}" in result.report.splitlines()[1]
+    single = evaluate(np.array([0, 1, 1]), np.array([0, 1, 0]), np.array([5, 3]), ["x", "y"])
+    again = evaluation_from_state(single.state_dict())
+    assert isinstance(again, Evaluation) and again.score == single.balanced_accuracy == 0.75
 
 
 def test_a_rare_positive_class_gets_ap_roc_auc_and_a_validation_threshold() -> None:

@@ -57,6 +57,12 @@ class Evaluation:
             )
         )
 
+    @property
+    def score(self) -> float:
+        """What picks the best epoch (on the validation split when there is one): balanced
+        accuracy."""
+        return self.balanced_accuracy
+
     def headline(self, prefix: str) -> dict[str, float]:
         """The headline metrics as ``prefix/<name>`` (a shot group with no classes left out)."""
         out = {f"{prefix}/{k}": float(getattr(self, k)) for k in HEADLINE}

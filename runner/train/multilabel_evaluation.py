@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from runner.train.evaluation import shot_groups
+from runner.train.evaluation import Evaluation, shot_groups
 from runner.train.ranking import (
     average_precision,
     best_f1_thresholds,
@@ -27,6 +27,10 @@ from runner.train.ranking import (
 
 FIXED_THRESHOLD = 0.5  # on probabilities, without a validation split to choose on
 GROUPS = ("many", "medium", "few")
+# The headline metrics of a multi-label evaluation (an objective is one of them on a split), and
+# those of the rare positives of binary data.
+MULTILABEL_HEADLINE = ("mAP", "many_mAP", "medium_mAP", "few_mAP", "micro_f1", "macro_f1")
+BINARY_HEADLINE = ("average_precision", "roc_auc", "threshold", "precision", "recall", "f1")
 
 
 def _nanmean(values: np.ndarray) -> float:
@@ -60,16 +64,26 @@ class MultiLabelEvaluation:
     thresholds_from: str  # "validation" or "fixed"
     class_names: list[str]
 
+    @property
+    def score(self) -> float:
+        """What picks the best epoch (on the validation split when there is one): mAP."""
+        return self.mAP
+
     def headline(self, prefix: str) -> dict[str, float]:
-        values = {
-            "mAP": self.mAP,
-            "many_mAP": self.many_mAP,
-            "medium_mAP": self.medium_mAP,
-            "few_mAP": self.few_mAP,
-            "micro_f1": self.micro_f1,
-            "macro_f1": self.macro_f1,
-        }
+        values = {k: float(getattr(self, k)) for k in MULTILABEL_HEADLINE}
         return {f"{prefix}/{k}": v for k, v in values.items() if not np.isnan(v)}
+
+    @property
+    def report(self) -> str:
+        """A text table: each class's AP, F1 and the threshold F1 was counted at."""
+        width = max(len(n) for n in self.class_names)
+        lines = [f"{'class':>{width}}  {'AP':>6}  {'F1':>6}  threshold ({self.thresholds_from})"]
+        for name, ap, f1, threshold in zip(
+            self.class_names, self.ap, self.f1, self.thresholds, strict=True
+        ):
+            lines.append(f"{name:>{width}}  {ap:6.4f}  {f1:6.4f}  {threshold:.4f}")
+        lines.append(f"{'mAP':>{width}}  {self.mAP:6.4f}  over {self.scored} classes")
+        return "\n".join(lines) + "\n"
 
     def class_columns(self, prefix: str = "test") -> dict[str, np.ndarray]:
         """The per-class values as columns: AP, F1 and the threshold F1 was counted at."""
@@ -103,17 +117,29 @@ class MultiLabelEvaluation:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        """Plain values and tensors, ``kind`` saying which evaluation they are."""
+        state = {
             k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
             for k, v in asdict(self).items()
         }
+        return {"kind": KIND, **state}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> MultiLabelEvaluation:
         values: dict[str, Any] = {
-            k: v.numpy() if torch.is_tensor(v) else v for k, v in state.items()
+            k: v.numpy() if torch.is_tensor(v) else v for k, v in state.items() if k != "kind"
         }
         return cls(**values)
+
+
+KIND = "multilabel"
+
+
+def evaluation_from_state(state: dict[str, Any]) -> Evaluation | MultiLabelEvaluation:
+    """The evaluation a checkpoint saved, whichever kind it is."""
+    if state.get("kind") == KIND:
+        return MultiLabelEvaluation.from_state(state)
+    return Evaluation.from_state(state)
 
 
 def evaluate_multilabel(
