@@ -26,7 +26,7 @@ from runner.signals import Interrupted, stop_on_signals
 from runner.sweeps.callback import job_parent
 from runner.sweeps.prefixes import FORKED_TAG, Entry, fit_sharing, sweep_entry
 from runner.tracking import Bystander, Tracker, start_run
-from runner.tracking.record import environment, system_metrics
+from runner.tracking.environment import environment, system_metrics
 from runner.tracking.stores import StoreLost, bound_http_retries, prepare_store, resolve_uri
 from runner.train.fit import Diverged, fit
 from runner.train.recorder import Recorder

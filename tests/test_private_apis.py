@@ -33,14 +33,14 @@ def test_mlflows_private_names_take_what_the_runner_passes():
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
     from mlflow.tracking.context.registry import resolve_tags
 
-    # runner.tracking.record.system_metrics
+    # runner.tracking.environment.system_metrics
     monitor = inspect.signature(SystemMetricsMonitor)
     assert {"run_id", "resume_logging", "tracking_uri"} <= set(monitor.parameters)
     assert callable(SystemMetricsMonitor.start) and callable(SystemMetricsMonitor.finish)
     # runner.tracking.runs.context_tags: the tags mlflow.start_run would add
     tags = resolve_tags({"mine": "1"})
     assert tags["mine"] == "1" and "mlflow.source.type" in tags
-    # runner.tracking.record.dataset_inputs: a metadata-only dataset as an MLflow entity
+    # runner.tracking.datasets.dataset_inputs: a metadata-only dataset as an MLflow entity
     from mlflow.data.code_dataset_source import CodeDatasetSource
 
     dataset = MetaDataset(CodeDatasetSource(tags={}), name="n", digest="0123")  # type: ignore[abstract]

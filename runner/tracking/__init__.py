@@ -2,8 +2,9 @@
 
 * :mod:`~runner.tracking.tracker`: the :class:`Tracker` a run writes to (and the
   :class:`Bystander` of the other ranks), starting a run with its params, tags and datasets;
-* :mod:`~runner.tracking.record`: what a run records beyond its metrics (how it ran, its
-  datasets' digests, per-class tables, the MLflow model, system metrics);
+* :mod:`~runner.tracking.environment`: how a run ran (tags) and MLflow's system metrics;
+* :mod:`~runner.tracking.datasets`: the data a run saw, as MLflow datasets with digests;
+* :mod:`~runner.tracking.flavor`: MLflow's PyTorch flavor, which logs and loads the model;
 * :mod:`~runner.tracking.runs`: where runs live (an experiment by name, a run by id, a sweep's
   children, context tags);
 * :mod:`~runner.tracking.stores`: the store a run writes to (resolving and checking its URI,

@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config import resolved, typed
 from runner.fingerprint import config_key
 from runner.signals import held
-from runner.tracking.record import dataset_inputs, mlflow_pytorch
+from runner.tracking.datasets import dataset_inputs
+from runner.tracking.flavor import mlflow_pytorch
 from runner.tracking.runs import context_tags, experiment_id, find_run
 from runner.tracking.stores import StoreLost, already_exists, browse_command, resolve_uri
 from runner.train.recorder import Row, class_table, per_class_as_table
@@ -167,7 +168,7 @@ class Tracker:
             self._call("uploading artifacts", lambda: self.client.log_artifacts(self.run_id, tmp))
 
     def log_inputs(self, datasets: list[Any]) -> None:
-        """MLflow dataset inputs (:func:`runner.tracking.record.dataset_inputs`): the UI's "Datasets"."""
+        """MLflow dataset inputs (:func:`runner.tracking.datasets.dataset_inputs`): the UI's "Datasets"."""
         # Jobs of a sweep log the same datasets: on a new experiment, two may insert one at once.
         self._call(
             "logging datasets",

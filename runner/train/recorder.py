@@ -70,3 +70,15 @@ def class_table(class_names: Sequence[str], columns: dict[str, Any]) -> dict[str
         assert len(values) == len(class_names), name
         table[name] = values
     return table
+
+
+def read_class_table(payload: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """A table as MLflow stores it (``{"columns": [...], "data": [[...], ...]}``) -> column ->
+    class -> value."""
+    columns = payload["columns"]
+    at = {name: i for i, name in enumerate(columns)}
+    out: dict[str, dict[str, float]] = {name: {} for name in columns if name != "class"}
+    for row in payload["data"]:
+        for name in out:
+            out[name][str(row[at["class"]])] = float(row[at[name]])
+    return out
