@@ -146,6 +146,7 @@ def test_group_maps_and_classes_without_positives() -> None:
     result = evaluate_multilabel(scores, y, np.array([500, 60, 10, 5]), list("abcd"))
     ap = [average_precision_score(y[:, c].numpy(), scores[:, c].numpy()) for c in range(3)]
     assert result.scored == 3 and np.isnan(result.ap[3])
+    assert result.support.tolist() == y.sum(0).tolist()
     assert abs(result.mAP - np.mean(ap)) < TOLERANCE
     assert result.many_mAP == pytest.approx(ap[0]) and result.medium_mAP == pytest.approx(ap[1])
     assert result.few_mAP == pytest.approx(ap[2])  # class d (few) has no positive: left out

@@ -57,6 +57,8 @@ class Evaluation:
             )
         )
 
+    score_name = "balanced_accuracy"  # the headline metric :attr:`score` is
+
     @property
     def score(self) -> float:
         """What picks the best epoch (on the validation split when there is one): balanced

@@ -61,8 +61,11 @@ class MultiLabelEvaluation:
     ap: np.ndarray
     f1: np.ndarray
     thresholds: np.ndarray
+    support: np.ndarray  # the split's positives of each class
     thresholds_from: str  # "validation" or "fixed"
     class_names: list[str]
+
+    score_name = "mAP"  # the headline metric :attr:`score` is
 
     @property
     def score(self) -> float:
@@ -170,6 +173,7 @@ def evaluate_multilabel(
         ap=ap,
         f1=counts.f1.cpu().numpy(),
         thresholds=thresholds.double().cpu().numpy(),
+        support=counts.positives.cpu().numpy().astype(np.int64),
         thresholds_from="fixed" if fixed else "validation",
         class_names=list(class_names),
     )
