@@ -12,8 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-from runner.data import tensor_file
-from runner.data.multilabel import MultiLabelData, synthetic_multilabel
+from runner.data import synthetic_lt, tensor_file
+from runner.data.multilabel import MultiLabelData, is_multilabel_source, synthetic_multilabel
 from runner.data.multilabel_files import multilabel_image_folder, multilabel_tensor_file
 from runner.data.stratify import iterative_split
 
@@ -66,6 +66,12 @@ def test_rows_without_labels_fill_the_part_that_wants_samples() -> None:
     rest, held = iterative_split(y, 0.5, seed=0)
     assert held.size == rest.size == 5
     assert y[held].sum(0).tolist() == [1, 1]
+
+
+def test_the_multilabel_sources_are_known_by_their_parameters() -> None:
+    assert all(is_multilabel_source(s) for s in (synthetic_multilabel, multilabel_tensor_file))
+    assert is_multilabel_source(multilabel_image_folder)
+    assert not any(is_multilabel_source(s) for s in (tensor_file, synthetic_lt, print))
 
 
 def test_synthetic_multilabel_is_a_seeded_long_tail_with_co_occurrence() -> None:

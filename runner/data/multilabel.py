@@ -10,6 +10,7 @@ long tail is the data's own (the synthetic source generates one). Its parameters
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -146,8 +147,19 @@ def _tensor(x: Any) -> Any:
 def multilabel_source(
     **defaults: Any,
 ) -> Callable[[Callable[..., LongTailData]], Callable[..., LongTailData]]:
-    """A multi-label source's shared parameters: :class:`MultiLabelCut`'s and the feeding's."""
+    """A multi-label source's shared parameters: :class:`MultiLabelCut`'s and the feeding's;
+    :func:`is_multilabel_source` knows it by them."""
     return shared_source(MultiLabelCut, Feeding, **defaults)
+
+
+def is_multilabel_source(source: Any) -> bool:
+    """Whether the data source ``source`` (a ``data._target_``'s function) gives multi-label
+    data: it takes :class:`MultiLabelCut`'s parameters and no long-tail cut's."""
+    try:
+        parameters = inspect.signature(source).parameters
+    except (TypeError, ValueError):
+        return False
+    return "val_fraction" in parameters and "n_max" not in parameters
 
 
 def label_rates(

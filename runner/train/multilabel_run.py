@@ -17,7 +17,6 @@ import torch
 
 from runner.data.multilabel import MultiLabelData
 from runner.train.feed import Feed
-from runner.train.fit import train_epoch
 from runner.train.multilabel_evaluation import (
     BinaryEvaluation,
     MultiLabelEvaluation,
@@ -176,6 +175,8 @@ def train_multilabel(
     (:func:`runner.train.fit.train_epoch`: the sampler's order, its optimiser and schedule) on
     the CPU, recording each epoch's drawn shares and evaluation; no tracking. The runner's
     loop does the same with MLflow once it takes multi-label data."""
+    from runner.train.fit import train_epoch  # the loop imports this module
+
     device = torch.device("cpu")
     state = build_state(model, sampler, trainer, seed)
     train_x = Feed(data.train_x, device, data.normalize)
