@@ -13,7 +13,12 @@ import torch
 from PIL import Image
 
 from runner.data import synthetic_lt, tensor_file
-from runner.data.multilabel import MultiLabelData, is_multilabel_source, synthetic_multilabel
+from runner.data.multilabel import (
+    MultiLabelData,
+    class_counts,
+    is_multilabel_source,
+    synthetic_multilabel,
+)
 from runner.data.multilabel_files import multilabel_image_folder, multilabel_tensor_file
 from runner.data.stratify import iterative_split
 
@@ -83,6 +88,8 @@ def test_synthetic_multilabel_is_a_seeded_long_tail_with_co_occurrence() -> None
     counts = data.train_counts
     assert counts.tolist() == data.train_y.sum(0).tolist() and data.train_size == len(data.train_y)
     assert counts[0] > 10 * counts[-1]
+    assert class_counts(data.val_y, 10).tolist() == data.val_y.sum(0).tolist()
+    assert class_counts(torch.tensor([0, 2, 2]), 4).tolist() == [1, 0, 2, 0]
     y = data.train_y
     tail = y[:, 5:].any(1)
     assert y[tail, 0].float().mean() > y[~tail, 0].float().mean() + 0.2

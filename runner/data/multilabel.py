@@ -40,6 +40,14 @@ class MultiLabelData(LongTailData):
         return int(self.train_y.shape[0])
 
 
+def class_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """The samples of each class in a split: a label vector's counts, or a label matrix's
+    positives per column."""
+    if labels.dim() == 2:
+        return labels.sum(0)
+    return torch.bincount(labels, minlength=num_classes)
+
+
 def label_matrix(y: Any, key: str, where: str, length: int) -> np.ndarray:
     """``y`` as an (N, C) bool array after checking that it is one: 2-D, ``length`` rows, every
     entry 0 or 1 (bool, integer or float). An error names the key, the first bad entry and
