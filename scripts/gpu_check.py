@@ -44,7 +44,7 @@ def check_case(name: str, overrides: list[str], epochs: int) -> tuple[bool, dict
     from runner.tracking import Tracker
     from runner.train.feed import Feed
     from runner.train.fit import fit
-    from runner.train.run import Progress
+    from runner.train.run import Progress, RunContext
 
     with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(str(CONF), version_base="1.3"):
         uri = f"sqlite:///{tmp}/mlflow.db"
@@ -64,12 +64,13 @@ def check_case(name: str, overrides: list[str], epochs: int) -> tuple[bool, dict
         tracker = Tracker.start(uri, "gpu-check", name, params={}, tags={})
         progress, checkpoint = Progress(), Path(tmp) / "checkpoint.pt"
         started = time.perf_counter()
-        fit(parts, tracker, progress, checkpoint)
+        run = RunContext(parts, tracker, progress, checkpoint)
+        fit(run)
         if parts.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = (time.perf_counter() - started) / epochs
         hook.remove()
-        summary = record_results(parts, progress, tracker, checkpoint)
+        summary = record_results(run)
         tracker.finish("FINISHED")
         feed = Feed(parts.data.train_x, parts.device)
         ok = _check(

@@ -20,15 +20,18 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.errors import EnvironmentFailure, UserError
+
+if TYPE_CHECKING:  # the core's recorder imports torch, which checking a store does not need
+    from runner.train.recorder import Row
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 # Tables every MLflow database store has (its schema's version and its experiments).
 MLFLOW_TABLES = {"alembic_version", "experiments"}
 DATABASES = ("postgresql", "mysql", "mssql")  # SQLAlchemy dialects MLflow stores runs in
 CHECK_SECONDS = 10  # a store check answers within this, whatever the network does
-Row = tuple[str, float, int, int]  # a metric: key, value, timestamp (ms), step
 
 
 def resolve_uri(uri: str | None) -> str:
