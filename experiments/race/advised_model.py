@@ -77,7 +77,7 @@ def log_advised_model(
     register = cfg.tracking.get("register")
     step = total_epochs(cfg.trainer)  # the checkpoint holds the run's last epoch
     tracker = Tracker(client, uri, parent)
-    tracker.log_model(*_predictor(parts), list(parts.data.class_names), register, step)
+    tracker.log_model(*predictor(parts), list(parts.data.class_names), register, step)
     client.set_tag(parent_id, "advice/model_from", child.info.run_id)
     registered = f", registered as {register}" if register else ""
     return (

@@ -212,7 +212,10 @@ class PostHocStage(ClassifierStage):
         ``data.val_fraction`` that leaves every class one row shows only in the built labels)."""
         linear_classifier(model, self.name, self.needs_bias)
         if val_labels is None:
-            raise UserError(f"{KEY}={self.name} needs a validation split; the data built none")
+            raise UserError(
+                f"{KEY}={self.name} chooses tau on a validation split, and the data built none\n"
+                "set data.val_per_class=N or data.val_fraction=F (never the test set)"
+            )
         validation_halves(val_labels.numpy())
 
     def choose(
