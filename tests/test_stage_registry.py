@@ -97,3 +97,31 @@ def test_no_module_outside_the_registry_compares_stage_names():
                     f"{path.relative_to(RUNNER)}:{node.lineno}" for c in constants if c in names
                 ]
     assert found == []
+
+
+@pytest.mark.unit
+def test_the_stage_a_run_goes_through_and_the_epochs_it_shares_with_cross_entropy():
+    from runner.config import trainer_config
+    from runner.train.stages import NoStage, stage_for
+
+    plain = trainer_config(epochs=5, classifier_stage="retrain", classifier_epochs=0)
+    assert isinstance(stage_for(plain), NoStage) and stage_for(plain).shared_epochs(plain) == 5
+    crt = trainer_config(epochs=5, classifier_stage="retrain", classifier_epochs=3)
+    assert stage_for(crt).name == "retrain" and stage_for(crt).shared_epochs(crt) == 4
+    tau = trainer_config(epochs=5, classifier_stage="tau_norm", classifier_epochs=0)
+    assert stage_for(tau).post_hoc and stage_for(tau).shared_epochs(tau) == 4
+
+
+@pytest.mark.unit
+def test_none_takes_no_classifier_epochs_and_an_unknown_stage_lists_the_registered():
+    from runner.checks import check_targets
+    from runner.errors import UserError
+    from tests.conftest import compose_config
+
+    with pytest.raises(UserError, match="none takes no classifier epochs"):
+        check_targets(
+            compose_config(["trainer.classifier_stage=none", "trainer.classifier_epochs=2"])
+        )
+    with pytest.raises(UserError, match=r"'lws' is unknown; choose one of \('none', 'retrain'"):
+        check_targets(compose_config(["trainer.classifier_stage=lws"]))
+    check_targets(compose_config(["trainer.classifier_stage=none"]))  # no stage: accepted
