@@ -36,7 +36,7 @@ def test_default_run_with_no_arguments(tmp_path, migrated_store, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # keep the project's own store out of tests
     done = run_cli(cwd=tmp_path, fresh=True)  # start-up itself: a new interpreter
-    assert "final" in done.stdout and f"mlflow ui --backend-store-uri {uri}" in done.stdout
+    assert "final" in done.stdout and "(browse: samplerlab ui)" in done.stdout  # the folder's store
     (run,) = runs_of(uri)
     assert run.info.run_name == "uniform-synthetic_lt-s0" and run.data.tags["sampler"] == "uniform"
     assert run.data.tags["overrides"] == "(none)"
