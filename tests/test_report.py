@@ -103,7 +103,7 @@ def test_publish_logs_the_report_onto_the_parent_run(fake_sweep):
     uri, parent = fake_sweep
     text = publish(uri, parent)
     assert f"parent run {parent}" in text and "report.html" in text
-    assert f"python -m experiments.report --parent {parent} --uri {uri}" in text
+    assert f"samplerlab report --parent {parent} --uri {uri}" in text  # not this folder's store
     client = MlflowClient(tracking_uri=uri)
     metrics = client.get_run(parent).data.metrics
     # uniform: 0.5, 0.6, 0.7 (the newer seed-0 run, not the 0.99 repeat) -> 0.6 ± 0.2484
@@ -270,9 +270,8 @@ def test_a_real_sweep_reports_onto_its_parent_run(sweep, capsys):
         "2 strategies, 4 runs" in printed
     )
     assert "| hybrid | 2 |" in printed and "best by balanced accuracy" in printed
-    assert (
-        f"python -m experiments.report --parent {sweep.parent_run_id} --uri {sweep.uri}" in printed
-    )
+    # The sweep ran in the folder of its store: the command needs no --uri there.
+    assert f"Rebuild: samplerlab report --parent {sweep.parent_run_id}\n" in printed
     client = MlflowClient(tracking_uri=sweep.uri)
     assert {"report.html", "report.md", "report_plots"} <= {
         a.path for a in client.list_artifacts(sweep.parent_run_id)
