@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner import cache_dirs
 from runner.checks import accepted_parameters, check_targets
-from runner.config import SUPPLIED, typed
+from runner.config import OPTIONAL_SUPPLIED, SUPPLIED, typed
 from runner.data import LongTailData
 from runner.distributed import check_batch_size, data_parallel
 from runner.errors import UserError
@@ -45,7 +45,8 @@ def build(group: str, node: DictConfig, **supplied: Any) -> Any:
     of them, but for a model only those its constructor takes); a bad value comes out as a
     :class:`UserError` naming the group."""
     assert set(supplied) <= SUPPLIED[group], f"{group}: supplied {sorted(supplied)}"
-    assert group == "model" or set(supplied) == SUPPLIED[group], f"{group}: {sorted(supplied)}"
+    required = SUPPLIED[group] - OPTIONAL_SUPPLIED.get(group, set())
+    assert group == "model" or set(supplied) >= required, f"{group}: {sorted(supplied)}"
     try:
         return instantiate(node, **supplied, _convert_="all")
     except InstantiationException as wrapped:
@@ -97,12 +98,16 @@ def build_parts(cfg: DictConfig) -> Parts:
     if cfg.model.get("freeze", False):  # the head alone trains, on cached features if it can
         model, data, frozen = freeze(model, data, cfg, device)
     weights = getattr(sampler, "class_loss_weights", None)  # the hybrid strategy's
+    rows = {}  # the number of training samples, for the losses that take it (multi-label)
+    if "train_size" in accepted_parameters(get_method(cfg.loss._target_)):
+        rows["train_size"] = len(data.train_y)
     loss_fn = build(
         "loss",
         cfg.loss,
         class_counts=data.train_counts,
         sampler_weights=weights() if weights is not None else None,
         epochs=trainer.epochs,
+        **rows,
     )
     state = build_state(model.to(device), sampler, trainer, cfg.seed)
     state.parallel = data_parallel(state.model, device)  # under torchrun

@@ -17,8 +17,10 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config import BASIC_SWEEPER, OBJECTIVE_SPLITS, SUPPLIED
+from runner.data.multilabel import is_multilabel_source
 from runner.errors import UserError, config_error
 from runner.models.heads import HEADS
+from runner.train.multilabel_evaluation import BINARY_HEADLINE, MULTILABEL_HEADLINE
 from runner.train.settings import HEADLINE, MODEL_RUNNER_KEYS
 from runner.train.stages import StageSettings, stage_named, stage_names
 
@@ -76,6 +78,7 @@ CONSTRAINTS = (
     Constraint("tracking.per_class_max", int, low=1, example="above it, per-class tables"),
     Constraint("eval.many_shot", int, low=0),
     Constraint("eval.few_shot", int, low=0, high="eval.many_shot"),
+    Constraint("eval.target_precision", float, low=0, high=1, open_low=True, example="e.g. 0.9"),
 )
 CHOICES = {
     "trainer.schedule": SCHEDULES,
@@ -243,15 +246,25 @@ def check_objective(cfg: DictConfig, sweeper: str | None = None) -> None:
     the target of ``hydra.sweeper``, anything but Hydra's basic one) it must not select on the
     test set unless ``objective_on_test`` says so, and a validation objective needs a split."""
     split, _, metric = str(cfg.objective).partition("/")
-    if split not in OBJECTIVE_SPLITS or metric not in HEADLINE:
+    known = HEADLINE + MULTILABEL_HEADLINE + BINARY_HEADLINE
+    if split not in OBJECTIVE_SPLITS or metric not in known:
         raise config_error(
             "objective",
             f"{cfg.objective!r} is not a metric of a run; use <split>/<metric> with split in "
-            f"{OBJECTIVE_SPLITS} and metric in {HEADLINE} (default val/balanced_accuracy)",
+            f"{OBJECTIVE_SPLITS} and metric in {known} (default val/balanced_accuracy)",
         )
     if sweeper is None or sweeper == BASIC_SWEEPER:
         return
     name = sweeper.rsplit(".", 1)[-1]
+    multi_label = is_multilabel_source(get_method(cfg.data._target_))
+    if multi_label != (metric in MULTILABEL_HEADLINE):
+        kind = "multi-label" if multi_label else "single-label"
+        fix = "val/mAP" if multi_label else "val/balanced_accuracy"
+        raise UserError(
+            f"objective={cfg.objective}: {kind} data (data="
+            f"{cfg.data._target_.rsplit('.', 1)[-1]}) do not report it, so the {name} sweeper "
+            f"would compare nothing\nuse objective={fix} (or another metric of {kind} data)"
+        )
     if split != "val" and not cfg.objective_on_test:
         raise UserError(
             f"objective={cfg.objective}: the {name} sweeper would select on the test set\n"

@@ -88,8 +88,10 @@ SUPPLIED: dict[str, set[str]] = {
     "data": set(),
     "model": {"in_shape", "num_classes"},
     "sampler": {"labels"},
-    "loss": {"class_counts", "sampler_weights", "epochs"},
+    "loss": {"class_counts", "sampler_weights", "epochs", "train_size"},
 }
+# Supplied only to the objects whose constructor takes them (the others' sets are all-or-none).
+OPTIONAL_SUPPLIED = {"model": {"in_shape"}, "loss": {"train_size"}}
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:

@@ -72,6 +72,7 @@ NEUTRAL_DEFAULTS = {
     "trainer.classifier_stage": "retrain",
     "trainer.classifier_stage_mode": "eval",
     "model.freeze": False,
+    "eval.target_precision": 0.9,  # binary data's validation threshold: new metrics, same training
 }
 # Keys that change nothing while another is 0 or false (the classifier stage's mode without
 # classifier epochs): left out of the fingerprint then, whatever their value.

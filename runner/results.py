@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from runner.distributed import is_main
 from runner.models import FeatureClassifier, Predictor
+from runner.train.evaluation import Evaluation
 from runner.train.recorder import class_table, per_class_as_table
 from runner.train.run import Parts, Progress, RunContext
 from runner.train.state import total_epochs
@@ -29,16 +30,17 @@ def _figures(parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
     final = progress.latest
     assert final is not None  # the last epoch always evaluates
     makers = {
-        "confusion_matrix.png": lambda: plots.confusion_matrix_figure(
-            final.confusion, names, title
-        ),
-        "per_class_accuracy.png": lambda: plots.per_class_accuracy_figure(
-            final.recall, counts, names, title
-        ),
         "sampled_class_shares.png": lambda: plots.sampled_shares_figure(
             np.stack(progress.drawn), np.stack(progress.target), names, title
         ),
     }
+    if isinstance(final, Evaluation):  # one predicted class per sample
+        makers["confusion_matrix.png"] = lambda: plots.confusion_matrix_figure(
+            final.confusion, names, title
+        )
+        makers["per_class_accuracy.png"] = lambda: plots.per_class_accuracy_figure(
+            final.recall, counts, names, title
+        )
     figures = {}
     for name, make in makers.items():
         try:
@@ -74,7 +76,7 @@ def record_results(run: RunContext, forked: int = 0) -> dict[str, float]:
         columns.update(best.class_columns("best"))
     last, tracking = total_epochs(parts.trainer), parts.tracking
     summary["cost/epochs_trained"] = last - forked
-    if recorder.last_step("final/balanced_accuracy") != last:
+    if recorder.last_step(f"final/{final.score_name}") != last:
         # Once, also when the run is resumed after its end was cut short.
         if tabled:
             recorder.log_table("per_class/final.json", class_table(names, columns))

@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config import resolved, typed
+from runner.data.multilabel import class_counts
 from runner.fingerprint import config_key
 from runner.signals import held
 from runner.tracking.datasets import dataset_inputs
@@ -335,8 +336,8 @@ def start_run(
     # The race's chance level reads these: 1/C, or the validation split's majority share.
     splits = {"train_count": data.train_counts}
     if data.val_y is not None:
-        splits["val_count"] = torch.bincount(data.val_y, minlength=data.num_classes)
-    splits["test_count"] = torch.bincount(data.test_y, minlength=data.num_classes)
+        splits["val_count"] = class_counts(data.val_y, data.num_classes)
+    splits["test_count"] = class_counts(data.test_y, data.num_classes)
     if tabled:
         columns = {f"data/{kind}": values for kind, values in splits.items()}
         tracker.log_table("per_class/data.json", class_table(data.class_names, columns))

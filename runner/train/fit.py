@@ -21,14 +21,21 @@ import torch
 from tqdm import tqdm
 
 from runner.data import Augment, augment_batch
+from runner.data.multilabel import MultiLabelData
 from runner.errors import UserError
 from runner.signals import raise_if_stopped, stop_on_signals
 from runner.train.decoupled import ClassifierInputs, TauChoice
 from runner.train.evaluation import Evaluation, evaluate
 from runner.train.feed import Feed
 from runner.train.losses import LDAMLoss
+from runner.train.multilabel_run import (
+    evaluate_epoch,
+    evaluate_rare_positives,
+    multilabel_sampling_metrics,
+    positive_class,
+)
 from runner.train.recorder import class_table, per_class_as_table
-from runner.train.run import Parts, RunContext
+from runner.train.run import Parts, RunContext, Scored
 from runner.train.stages import PostHocStage, stage_for
 from runner.train.state import (
     TrainState,
@@ -205,7 +212,8 @@ def fit(
     names = data.class_names
     feed = (parts.device, data.normalize, data.feeding.num_workers)
     train_x, train_y = Feed(data.train_x, *feed), data.train_y.to(parts.device)
-    test_x, test_y = Feed(data.test_x, *feed), data.test_y.numpy()
+    test_x = Feed(data.test_x, *feed)
+    multi_label = isinstance(data, MultiLabelData)
     val_x = Feed(data.val_x, *feed) if data.val_x is not None else None
     augment = data.augment if trainer.augment else None
     show = trainer.progress and sys.stderr.isatty()
@@ -221,7 +229,7 @@ def fit(
             if state.epoch >= trainer.epochs and not state.classifier_only:
                 start_classifier_stage(state)
             epoch = state.epoch + 1  # as printed and logged
-            latest = f"{progress.latest.balanced_accuracy:.3f}" if progress.latest else "-"
+            latest = f"{progress.latest.score:.3f}" if progress.latest else "-"
             bar = tqdm(
                 total=steps,
                 initial=state.batch,
@@ -233,7 +241,7 @@ def fit(
             def on_batch(loss: torch.Tensor, bar: tqdm = bar, latest: str = latest) -> None:
                 bar.update()
                 if bar.n % 10 == 0:  # reading the loss synchronises the device: not every batch
-                    bar.set_postfix(loss=f"{float(loss):.3f}", bal_acc=latest)
+                    bar.set_postfix(loss=f"{float(loss):.3f}", score=latest)
                 raise_if_stopped()
 
             try:
@@ -251,7 +259,8 @@ def fit(
             finally:
                 bar.close()
             sampler = parts.sampler
-            metrics, drawn, target = sampling_metrics(sampler, result.delivered, names, not tabled)
+            measure = multilabel_sampling_metrics if multi_label else sampling_metrics
+            metrics, drawn, target = measure(sampler, result.delivered, names, not tabled)
             progress.drawn.append(drawn)
             progress.target.append(target)
             columns: dict[str, Any] = {"sampling/share": drawn, "sampling/target": target}
@@ -264,24 +273,20 @@ def fit(
                 tuned = _post_hoc(parts, stage, val_x)  # before the last evaluation
                 metrics.update(tuned.metrics())
             if state.epoch % trainer.eval_every == 0 or state.epoch == last or stage_one_ends:
-                evaluation = _evaluate(parts, test_x, test_y)
+                evaluation, validation = _evaluations(parts, test_x, val_x, tuned)
                 metrics.update(evaluation.metrics(names, per_class=not tabled))
                 columns.update(evaluation.class_columns("test"))
                 if stage_one_ends:
                     metrics.update(evaluation.metrics(names, "stage1", per_class=not tabled))
                 progress.latest = evaluation
-                score = evaluation.balanced_accuracy
-                if val_x is not None and data.val_y is not None:  # the honest best epoch
-                    labels = data.val_y.numpy()
-                    validation = (
-                        _evaluate(parts, val_x, labels)
-                        if tuned is None
-                        else _scored(parts, labels, tuned.cross_fitted)
-                    )
+                score = evaluation.score
+                if validation is not None:  # the honest best epoch
                     metrics.update(validation.metrics(names, "val", per_class=not tabled))
                     columns.update(validation.class_columns("val"))
                     progress.latest_val = validation
-                    score = validation.balanced_accuracy
+                    score = validation.score
+                if data.num_classes == 2 and not multi_label:  # rare positives
+                    metrics.update(_rare_positives(parts, test_x, val_x))
                 if score > progress.best_score:
                     progress.best, progress.best_epoch, progress.best_score = (
                         evaluation,
@@ -306,6 +311,57 @@ def fit(
             if on_epoch is not None:
                 on_epoch()
             raise_if_stopped()
+
+
+def _evaluations(
+    parts: Parts, test_x: Feed, val_x: Feed | None, tuned: TauChoice | None
+) -> tuple[Scored, Scored | None]:
+    """The test split's evaluation and the validation split's (None without one). Multi-label
+    data: sigmoid scores, the validation split's F1 thresholds applied to the test split
+    (:func:`runner.train.multilabel_run.evaluate_epoch`); else predicted classes, the validation
+    ones cross-fitted after a post-hoc stage (``tuned``)."""
+    data, shots = parts.data, parts.evaluation
+    if isinstance(data, MultiLabelData):
+        val = (val_x, data.val_y) if val_x is not None and data.val_y is not None else None
+        with autocast(parts.device):
+            scored = evaluate_epoch(
+                parts.state.model,
+                (test_x, data.test_y),
+                val,
+                data.train_counts.numpy(),
+                data.class_names,
+                parts.trainer.eval_batch_size,
+                (shots.many_shot, shots.few_shot),
+            )
+        return scored.test, scored.val
+    evaluation = _evaluate(parts, test_x, data.test_y.numpy())
+    if val_x is None or data.val_y is None:
+        return evaluation, None
+    labels = data.val_y.numpy()
+    if tuned is None:
+        return evaluation, _evaluate(parts, val_x, labels)
+    return evaluation, _scored(parts, labels, tuned.cross_fitted)
+
+
+def _rare_positives(parts: Parts, test_x: Feed, val_x: Feed | None) -> dict[str, float]:
+    """Binary data: the rarer class against the other (average precision, ROC AUC, and
+    precision and recall at the threshold chosen on the validation split for
+    ``eval.target_precision``), as ``test/`` and ``val/`` metrics."""
+    data = parts.data
+    val = (val_x, data.val_y) if val_x is not None and data.val_y is not None else None
+    with autocast(parts.device):
+        rare = evaluate_rare_positives(
+            parts.state.model,
+            (test_x, data.test_y),
+            val,
+            positive_class(data.train_counts),
+            parts.evaluation.target_precision,
+            parts.trainer.eval_batch_size,
+        )
+    metrics = rare.test.headline("test")
+    if rare.val is not None:
+        metrics.update(rare.val.headline("val"))
+    return metrics
 
 
 def _evaluate(parts: Parts, x: Feed, y: np.ndarray) -> Evaluation:

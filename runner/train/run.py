@@ -16,10 +16,13 @@ from runner.data import LongTailData
 from runner.train.evaluation import Evaluation
 from runner.train.features import FrozenInputs
 from runner.train.losses import ClassWeightedLoss
+from runner.train.multilabel_evaluation import MultiLabelEvaluation, evaluation_from_state
 from runner.train.recorder import Recorder, Row
 from runner.train.settings import EvalConfig, TrackingConfig, TrainerConfig
 from runner.train.state import TrainState, save_checkpoint
 from samplers import Sampler
+
+Scored = Evaluation | MultiLabelEvaluation  # what an evaluation of a split gives
 
 
 @dataclass
@@ -28,7 +31,7 @@ class Parts:
 
     data: LongTailData
     sampler: Sampler
-    loss_fn: ClassWeightedLoss
+    loss_fn: ClassWeightedLoss  # or a multi-label loss (runner.train.multilabel_losses)
     state: TrainState
     device: torch.device
     # The typed parts of the config the loop, the evaluation and the recording read.
@@ -51,12 +54,12 @@ class Progress:
 
     drawn: list[np.ndarray] = field(default_factory=list)  # class shares per epoch, as drawn
     target: list[np.ndarray] = field(default_factory=list)  # ... as intended
-    latest: Evaluation | None = None
-    latest_val: Evaluation | None = None  # the validation split's, at the same evaluation
+    latest: Scored | None = None
+    latest_val: Scored | None = None  # the validation split's, at the same evaluation
     unlogged: list[Row] = field(default_factory=list)  # metrics a lost store did not take
-    best: Evaluation | None = None  # on the test set, at the best epoch
+    best: Scored | None = None  # on the test set, at the best epoch
     best_epoch: int = 0  # 1-based, as printed
-    best_score: float = -1.0  # balanced accuracy the best epoch was chosen by
+    best_score: float = -1.0  # the score the best epoch was chosen by (balanced accuracy, mAP)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -71,8 +74,8 @@ class Progress:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        def evaluation(s: dict[str, Any] | None) -> Evaluation | None:
-            return Evaluation.from_state(s) if s else None
+        def evaluation(s: dict[str, Any] | None) -> Scored | None:
+            return evaluation_from_state(s) if s else None
 
         self.drawn = [t.numpy() for t in state["drawn"]]
         self.target = [t.numpy() for t in state["target"]]

@@ -57,6 +57,7 @@ class TrainerConfig:
 class EvalConfig:
     many_shot: int = MISSING
     few_shot: int = MISSING
+    target_precision: float = MISSING
 
 
 @dataclass

@@ -1,0 +1,89 @@
+"""The runner on multi-label data and on rare positives, in process with a real sqlite store:
+every multi-label strategy trains and records mAP, per-class AP and the drawn label shares; a
+binary 95/5 run records average precision, ROC AUC and the threshold chosen on validation; an
+optimising sweeper refuses an objective the data do not report."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from runner.app import run
+from runner.checks import check_objective
+from runner.errors import UserError
+from tests.conftest import compose_config
+
+pytestmark = pytest.mark.unit
+
+QUICK = ["trainer.epochs=2", "trainer.progress=false", "tracking.log_model=false"]
+MULTILABEL = ["data=synthetic_multilabel", "data.val_fraction=0.2", "data.train_size=1500"]
+NAMES = [f"class_{c}" for c in range(10)]
+RACE = "hydra_plugins.samplerlab_race.race_sweeper.RaceSweeper"
+
+
+def only_run(uri: str) -> tuple[dict[str, float], list[str]]:
+    client = MlflowClient(uri)
+    (found,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
+    assert found.info.status == "FINISHED"
+    files = [a.path for a in client.list_artifacts(found.info.run_id)]
+    return found.data.metrics, files
+
+
+@pytest.mark.parametrize(
+    ("sampler", "loss"),
+    [
+        ("multilabel/instance", "multilabel/bce"),
+        ("multilabel/class_aware", "multilabel/db"),
+        ("multilabel/weighted", "multilabel/cb_bce"),
+    ],
+)
+def test_a_multilabel_strategy_trains_and_records_map_ap_and_drawn_shares(
+    tracking_uri: str, sampler: str, loss: str
+) -> None:
+    cfg = compose_config(
+        [*QUICK, *MULTILABEL, f"sampler={sampler}", f"loss={loss}", f"tracking.uri={tracking_uri}"]
+    )
+    results = run(cfg)
+    metrics, files = only_run(tracking_uri)
+    for key in ("val/mAP", "test/mAP", "final/mAP", "best/mAP", "sampling/labels_per_draw"):
+        assert math.isfinite(metrics[key]), key
+    assert results["val/mAP"] == metrics["val/mAP"]
+    assert {f"test/ap/{c}" for c in NAMES} <= set(metrics)
+    shares = [metrics[f"sampling/share/{c}"] for c in NAMES]
+    targets = [metrics[f"sampling/target/{c}"] for c in NAMES]
+    assert math.isclose(sum(shares), 1.0) and math.isclose(sum(targets), 1.0)
+    assert "classification_report.txt" in files and "confusion_matrix.png" not in files
+
+
+def test_a_binary_95_5_run_records_ap_roc_auc_and_the_validation_threshold(
+    tracking_uri: str,
+) -> None:
+    cfg = compose_config(
+        [
+            *QUICK,
+            "data.num_classes=2",
+            "data.imbalance_factor=19",
+            "data.n_max=950",
+            "data.val_per_class=40",
+            "eval.target_precision=0.8",
+            f"tracking.uri={tracking_uri}",
+        ]
+    )
+    run(cfg)
+    metrics, _ = only_run(tracking_uri)
+    assert metrics["data/train_count/class_1"] == 50
+    for key in ("test/average_precision", "test/roc_auc", "test/threshold", "test/recall"):
+        assert math.isfinite(metrics[key]), key
+    assert metrics["test/target_precision"] == 0.8 and "val/average_precision" in metrics
+
+
+def test_a_race_refuses_an_objective_the_data_do_not_report() -> None:
+    multilabel = compose_config([*MULTILABEL, "objective=val/balanced_accuracy"])
+    with pytest.raises(UserError, match="use objective=val/mAP"):
+        check_objective(multilabel, RACE)
+    check_objective(compose_config([*MULTILABEL, "objective=val/mAP"]), RACE)
+    single = compose_config(["data.val_per_class=20", "objective=val/mAP"])
+    with pytest.raises(UserError, match="use objective=val/balanced_accuracy"):
+        check_objective(single, RACE)
