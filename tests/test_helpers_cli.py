@@ -1,5 +1,7 @@
-"""The tests' own machinery: the CLI helper fails with the whole story in one message, and the
-kinds of test are the markers pyproject.toml registers."""
+"""The tests' own machinery: the CLI helper fails with the whole story in one message; a command
+run in process ends as a fresh interpreter running it does and leaves the test process as it
+found it; the kinds of test are the markers pyproject.toml registers; a DeprecationWarning from
+our own code fails a test, one from other code does not."""
 
 from __future__ import annotations
 
