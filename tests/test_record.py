@@ -16,7 +16,7 @@ from tests.conftest import compose_config
 from tests.helpers.cli import run_cli
 from tests.helpers.record import assert_record
 
-pytestmark = pytest.mark.slow  # real CLI subprocesses, training, signals
+pytestmark = pytest.mark.slow  # the CLI end to end, training, signals
 
 DIGITS = [
     "data=digits_lt",
