@@ -24,13 +24,14 @@ from runner.data.types import Augment, Feeding
 from runner.data.yours import check_sample, features_tensor, named_classes, read_tensor_file
 
 
-def _held_out(
+def held_out(
     labels: np.ndarray, test_fraction: float, data_seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
+    """(rest, test) indices: ``test_fraction`` held out by iterative stratification."""
     return split_fraction(labels, test_fraction, data_seed + TEST_SEED, "data.test_fraction")
 
 
-def _finish(
+def finish_multilabel(
     name: str,
     train: tuple[Samples, np.ndarray],
     test: tuple[Samples, np.ndarray],
@@ -89,11 +90,11 @@ def multilabel_tensor_file(
             )
         train, test = (Samples(x), y), (Samples(x_test), y_test)
     else:
-        rest, held = _held_out(y, test_fraction, cut.data_seed)
+        rest, held = held_out(y, test_fraction, cut.data_seed)
         train, test = (Samples(x)[rest], y[rest]), (Samples(x)[held], y[held])
     names = named_classes(arrays.get("class_names"), y.shape[1], where)
     augment = Augment(crop_padding, flip)
-    return _finish("multilabel_file", train, test, names, augment, cut, feeding, where)
+    return finish_multilabel("multilabel_file", train, test, names, augment, cut, feeding, where)
 
 
 class ImageFiles:
@@ -213,8 +214,10 @@ def multilabel_image_folder(
         test = (Samples(ImageFiles(test_read[0]), read=read), _as_matrix(test_read[1], classes))
         train = (samples, y)
     else:
-        rest, held = _held_out(y, test_fraction, cut.data_seed)
+        rest, held = held_out(y, test_fraction, cut.data_seed)
         train, test = (samples[rest], y[rest]), (samples[held], y[held])
     augment = Augment(crop_padding, flip)
     where = f"data.root={root!r}"
-    return _finish("multilabel_folder", train, test, classes, augment, cut, feeding, where)
+    return finish_multilabel(
+        "multilabel_folder", train, test, classes, augment, cut, feeding, where
+    )

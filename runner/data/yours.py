@@ -23,7 +23,7 @@ from runner.data.samples import (
 from runner.data.types import Augment, Feeding, LongTailData
 
 
-def _stratified_split(
+def stratified_split(
     labels: np.ndarray, fraction: float, data_seed: int, parameter: str = "data.test_fraction"
 ) -> tuple[np.ndarray, np.ndarray]:
     """A seeded per-class split: ``max(1, round(fraction * n_c))`` of class c go to the test set."""
@@ -44,7 +44,7 @@ def _stratified_split(
     return np.setdiff1d(np.arange(labels.size), test_idx), test_idx
 
 
-def _check_labels(y: Any, name: str, where: str, length: int) -> np.ndarray:
+def check_labels(y: Any, name: str, where: str, length: int) -> np.ndarray:
     """1-D integer labels 0..C-1, one per sample."""
     array = y.numpy() if torch.is_tensor(y) else np.asarray(y)
     if array.ndim == 2:
@@ -69,7 +69,7 @@ def _check_labels(y: Any, name: str, where: str, length: int) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def _check_present(labels: np.ndarray, name: str, where: str) -> None:
+def check_present(labels: np.ndarray, name: str, where: str) -> None:
     """Every class 0..max has samples (else sampling and per-class metrics have a hole)."""
     absent = np.flatnonzero(np.bincount(labels) == 0)
     if absent.size:
@@ -92,7 +92,7 @@ def named_classes(names: Any, num_classes: int, where: str) -> list[str]:
     return names
 
 
-def _finish(
+def finish(
     *,
     name: str,
     train: tuple[Samples, np.ndarray],
@@ -219,16 +219,16 @@ def tensor_file(
     x = features_tensor(arrays["x"], "x", where)
     held = "training samples" if "x_test" in arrays else "training and test samples"
     check_finite(x, "x", where, held)
-    y = _check_labels(arrays["y"], "y", where, len(x))
+    y = check_labels(arrays["y"], "y", where, len(x))
     num_classes = int(y.max()) + 1 if y.size else 0
     if num_classes < 2:
         raise ValueError(f"{where}: y has {num_classes} class(es); at least 2 are needed")
-    _check_present(y, "y", where)
+    check_present(y, "y", where)
     train = Samples(x)
     if "x_test" in arrays:
         x_test = features_tensor(arrays["x_test"], "x_test", where)
         check_finite(x_test, "x_test", where, "test samples")
-        y_test = _check_labels(arrays["y_test"], "y_test", where, len(x_test))
+        y_test = check_labels(arrays["y_test"], "y_test", where, len(x_test))
         if y_test.size and y_test.max() >= num_classes:
             raise ValueError(
                 f"{where}: y_test has class {int(y_test.max())}, y only 0..{num_classes - 1}; "
@@ -237,11 +237,11 @@ def tensor_file(
         test = Samples(x_test)
         train_y, test_y = y, y_test
     else:
-        train_idx, test_idx = _stratified_split(y, test_fraction, cut.data_seed)
+        train_idx, test_idx = stratified_split(y, test_fraction, cut.data_seed)
         train, test = train[train_idx], train[test_idx]
         train_y, test_y = y[train_idx], y[test_idx]
     names = arrays.get("class_names")
-    return _finish(
+    return finish(
         name="tensor_file",
         train=(train, train_y),
         test=(test, test_y),
@@ -277,7 +277,7 @@ def _dataset_labels(dataset: Any, where: str) -> np.ndarray:
     for attribute in ("targets", "labels"):
         labels = getattr(dataset, attribute, None)
         if labels is not None:
-            return _check_labels(labels, f".{attribute}", where, len(dataset))
+            return check_labels(labels, f".{attribute}", where, len(dataset))
     raise ValueError(
         f"{where}: {type(dataset).__name__} has no .targets or .labels; give it one (the class "
         f"index of every sample) so labels are read without decoding the data"
@@ -312,7 +312,7 @@ def torchvision_lt(
     train_y = _dataset_labels(train_set, where)
     if train_y.size == 0:
         raise ValueError(f"{where}: the dataset is empty")
-    _check_present(train_y, "its labels", where)
+    check_present(train_y, "its labels", where)
     read = ReadImage(image_size)
     train = Samples(train_set, read=read)
     check_sample(train, where)
@@ -333,7 +333,7 @@ def torchvision_lt(
                 f"training set's {list(train_classes)[:5]}...; both need the same classes"
             )
     else:
-        train_idx, test_idx = _stratified_split(train_y, test_fraction, cut.data_seed)
+        train_idx, test_idx = stratified_split(train_y, test_fraction, cut.data_seed)
         test_samples, test_y = train[test_idx], train_y[test_idx]
         train, train_y = train[train_idx], train_y[train_idx]
     num_classes = int(max(train_y.max(), test_y.max() if test_y.size else 0)) + 1
@@ -342,7 +342,7 @@ def torchvision_lt(
         num_classes = len(classes)
     else:
         classes = None
-    return _finish(
+    return finish(
         name="torchvision",
         train=(train, train_y),
         test=(test_samples, test_y),
