@@ -8,11 +8,14 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
 from runner.app import run
 from runner.checks import check_objective
 from runner.errors import UserError
+from runner.train.multilabel_evaluation import MultiLabelEvaluation
+from runner.train.run import Progress
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit
@@ -55,6 +58,17 @@ def test_a_multilabel_strategy_trains_and_records_map_ap_and_drawn_shares(
     targets = [metrics[f"sampling/target/{c}"] for c in NAMES]
     assert math.isclose(sum(shares), 1.0) and math.isclose(sum(targets), 1.0)
     assert "classification_report.txt" in files and "confusion_matrix.png" not in files
+    # The checkpoint a resumed run starts from restores the multi-label evaluations.
+    client = MlflowClient(tracking_uri)
+    (found,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
+    saved = client.download_artifacts(found.info.run_id, "checkpoint/checkpoint.pt")
+    progress = Progress()
+    progress.load_state_dict(torch.load(saved, weights_only=True)["progress"])
+    assert isinstance(progress.latest, MultiLabelEvaluation)
+    assert progress.latest.mAP == metrics["final/mAP"]
+    assert isinstance(progress.best, MultiLabelEvaluation) and progress.latest_val is not None
+    assert progress.best.mAP == metrics["best/mAP"]
+    assert progress.best_score >= progress.latest_val.mAP  # the best validation mAP so far
 
 
 def test_a_binary_95_5_run_records_ap_roc_auc_and_the_validation_threshold(
