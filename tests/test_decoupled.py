@@ -20,6 +20,7 @@ from runner.train.decoupled import ScaledClassifier, linear_classifier, validati
 from runner.train.feed import Feed
 from runner.train.fit import train_epoch
 from runner.train.losses import ClassWeightedLoss
+from runner.train.stages import stage_named
 from runner.train.state import build_state, start_classifier_stage
 from samplers import DeferredSampler
 from tests.conftest import compose_config
@@ -194,11 +195,13 @@ def test_a_post_hoc_stage_refuses_a_model_without_a_linear_classifier(stage):
         linear_classifier(torch.nn.Sequential(torch.nn.Linear(4, 3)), stage)
     without_bias = torch.nn.Sequential()
     without_bias.classifier = torch.nn.Linear(4, 3, bias=False)
-    if stage == "posthoc_la":  # its adjustment is folded into the bias
+    needs_bias = stage_named(stage).needs_bias
+    assert needs_bias == (stage == "posthoc_la")  # its adjustment is folded into the bias
+    if needs_bias:
         with pytest.raises(UserError, match="is torch.nn.Linear without a bias"):
-            linear_classifier(without_bias, stage)
+            linear_classifier(without_bias, stage, needs_bias)
     else:
-        assert linear_classifier(without_bias, stage) is without_bias.classifier
+        assert linear_classifier(without_bias, stage, needs_bias) is without_bias.classifier
 
 
 def _run(overrides: list[str], uri: str):
@@ -306,14 +309,14 @@ def _resume_after_training(method: str, run_id: str, checkpoint: dict, path: Pat
     from runner.build import build_parts
     from runner.tracking import Bystander
     from runner.train.fit import fit
-    from runner.train.run import Progress
+    from runner.train.run import Progress, RunContext
 
     cfg = compose_config([f"+method={method}", *DIGITS])
     parts = build_parts(cfg)
     parts.state.load_state_dict(checkpoint["train"])
     progress = Progress()
     progress.load_state_dict(checkpoint["progress"])
-    fit(parts, Bystander(run_id, method), progress, path, logged_through=3)
+    fit(RunContext(parts, Bystander(run_id, method), progress, path, logged_through=3))
     saved = checkpoint["train"]["model"]
     assert all(torch.equal(v, saved[k]) for k, v in parts.state.model.state_dict().items())
 

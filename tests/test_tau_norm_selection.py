@@ -4,6 +4,7 @@ objective that is on average not above plain cross-entropy's."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -169,12 +170,14 @@ def _objective(method: str, seed: int, tmp: Path) -> tuple[float, dict[str, floa
     from runner.build import build_parts
     from runner.results import objective, record_results
     from runner.train.fit import fit
-    from runner.train.run import Progress
+    from runner.train.run import Progress, RunContext
 
     cfg = compose_config([f"+method={method}", *NOISE, f"data.data_seed={seed}", f"seed={seed}"])
-    parts, progress, recorder = build_parts(cfg), Progress(), _Kept(method)
-    fit(parts, recorder, progress, tmp / "checkpoint.pt")
-    return objective(cfg, record_results(parts, progress, recorder, tmp / "none")), recorder.metrics
+    parts, recorder = build_parts(cfg), _Kept(method)
+    run = RunContext(parts, recorder, Progress(), tmp / "checkpoint.pt")
+    fit(run)
+    results = record_results(dataclasses.replace(run, path=tmp / "none"))  # no checkpoint logged
+    return objective(cfg, results), recorder.metrics
 
 
 @pytest.mark.slow  # sixty runs of three epochs, in this process (about 30 s of CPU)
