@@ -10,7 +10,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 WITH_EXAMPLES = (
-    "runner.train.atomic",
+    "runner.files",
     "runner.train.decoupled",
     "runner.train.features",
     "runner.train.recorder",

@@ -6,7 +6,7 @@ time (:func:`runner.data.batch.to_model_input`)."""
 from __future__ import annotations
 
 import hashlib
-import os
+import io
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import torch
 from runner import cache_dirs
 from runner.data.cut import LongTailCut, long_tail_source
 from runner.data.types import Augment, Feeding, LongTailData
+from runner.files import write_atomically
 
 DECODED_FORMAT = 2  # of the decoded image-folder caches (2: keyed by the files' bytes)
 CIFAR_STATS = {
@@ -248,10 +249,9 @@ def _decode_folder(root: Path, cache_dir: Path) -> dict[str, Any]:
             images.append(image)
         decoded[f"{split}_x"] = torch.stack(images)
         decoded[f"{split}_y"] = torch.tensor(folder.targets)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    temporary = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
-    torch.save(decoded, temporary)
-    os.replace(temporary, cache)  # a reader finds the whole file or none
+    buffer = io.BytesIO()  # serialised first: torch's own file writer hides an OSError
+    torch.save(decoded, buffer)
+    write_atomically(cache, buffer.getbuffer())  # a reader finds the whole file or none
     return decoded
 
 

@@ -37,11 +37,11 @@ from torch import nn
 from runner.data import LongTailData
 from runner.distributed import is_main
 from runner.errors import UserError
+from runner.files import write_atomically
 from runner.locks import turn
 from runner.models import FeatureClassifier
 from runner.models.backbones import FrozenBackbone
 from runner.models.source import UnreadableCode, code_digest
-from runner.train.atomic import write_atomically
 from runner.train.feed import Feed
 from runner.train.settings import MODEL_RUNNER_KEYS
 from runner.train.state import autocast

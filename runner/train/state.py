@@ -21,7 +21,7 @@ import torch
 
 from runner.distributed import DataParallel, is_main
 from runner.errors import EnvironmentFailure, UserError
-from runner.train.atomic import write_atomically
+from runner.files import write_atomically
 from runner.train.settings import TrainerConfig
 from runner.train.stages import stage_for
 from samplers import Sampler

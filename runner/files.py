@@ -1,4 +1,4 @@
-"""Files a reader finds whole or not at all (checkpoints, cached features)."""
+"""Files a reader finds whole or not at all (checkpoints, cached features, decoded images)."""
 
 from __future__ import annotations
 
