@@ -61,7 +61,7 @@ def build(group: str, node: DictConfig, **supplied: Any) -> Any:
 def build_model(node: DictConfig, in_shape: tuple[int, ...], num_classes: int) -> FeatureClassifier:
     """The model group's module as a :class:`FeatureClassifier`: its constructor gets
     ``num_classes``, ``in_shape`` where it takes it, and the config's keys less the runner's own
-    (:data:`runner.config.MODEL_RUNNER_KEYS`); ``model.head`` is applied after it where the
+    (:data:`runner.train.settings.MODEL_RUNNER_KEYS`); ``model.head`` is applied after it where the
     constructor does not take it."""
     target = node._target_
     accepted = accepted_parameters(get_method(target))

@@ -7,7 +7,7 @@ command line: ``sampler=uniform,weighted sampler.q=0,0.5`` is four candidates). 
 replicates: ``seed=...`` among the sweeps lists them in the order the race uses them (and caps
 ``max_seeds`` at their number), otherwise they are 0, 1, ... ``max_seeds - 1``. Every other
 override goes to every job. Each job returns the run's objective to the sweeper
-(``runner.app.objective``; higher is better).
+(``runner.results.objective``; higher is better).
 
 **Stopped and resumed.** The race relaunches the same rounds with ``resume=<parent id>``: a job
 whose run already FINISHED under that parent with the same config returns its stored objective

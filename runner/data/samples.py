@@ -1,6 +1,6 @@
 """Samples kept where they are (a tensor, possibly memory-mapped, or a dataset that decodes on
 demand) and read by index (:class:`Samples`): the splits and the long-tail cut compose indices
-and copy nothing; :mod:`runner.feeding` decides whether they are read into memory or through a
+and copy nothing; :mod:`runner.train.feed` decides whether they are read into memory or through a
 ``DataLoader``. Every value read is checked to be finite."""
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ Normalize = tuple[Sequence[float], Sequence[float]]
 
 @dataclass
 class LongTailData:
-    """``*_x`` are tensors (in memory) or :class:`runner.sources.Samples` (read on demand);
+    """``*_x`` are tensors (in memory) or :class:`runner.data.samples.Samples` (read on demand);
     with ``normalize`` (per-channel mean, std) they hold uint8 images in [0, 255]."""
 
     train_x: Any

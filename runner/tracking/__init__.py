@@ -9,7 +9,6 @@
   children, context tags);
 * :mod:`~runner.tracking.stores`: the store a run writes to (resolving and checking its URI,
   bounded waits, what a lost store raises);
-* :mod:`~runner.sweeps.callback`: a multirun's parent run (the Hydra callback);
 * :mod:`~runner.tracking.server`: the shared ``mlflow server`` on PostgreSQL (``python -m
   runner.tracking.server``).
 
@@ -28,19 +27,15 @@ if TYPE_CHECKING:
     from runner.tracking.tracker import Tracker as Tracker
     from runner.tracking.tracker import log_to_run as log_to_run
     from runner.tracking.tracker import start_run as start_run
-    from runner.train.recorder import Recorder as Recorder
-    from runner.train.recorder import Row as Row
 
 _EXPORTS = {
     "Bystander": "runner.tracking.tracker",
-    "Recorder": "runner.train.recorder",
     "Tracker": "runner.tracking.tracker",
     "log_to_run": "runner.tracking.tracker",
     "start_run": "runner.tracking.tracker",
-    "Row": "runner.train.recorder",
     "StoreLost": "runner.tracking.stores",
 }
-__all__ = ["Bystander", "Recorder", "Row", "StoreLost", "Tracker", "log_to_run", "start_run"]
+__all__ = ["Bystander", "StoreLost", "Tracker", "log_to_run", "start_run"]
 
 
 def __getattr__(name: str) -> Any:

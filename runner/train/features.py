@@ -2,9 +2,9 @@
 only the head (``model.classifier``) trains.
 
 Without augmentation a frozen backbone maps every sample to the same feature vector in every
-epoch, so :func:`freeze` computes each split's features once and the run trains the head on
-them: the loop, the sampler and the evaluation see ``(N, D)`` float features and a model that is
-the head alone. The features are cached in ``features.cache_dir``, one file per split, named and
+epoch, so :func:`freeze_backbone` computes each split's features once and the run trains the head
+on them: the loop, the sampler and the evaluation see ``(N, D)`` float features and a model that
+is the head alone. The features are cached in ``features.cache_dir``, one file per split, named and
 keyed by a digest of what they depend on (:func:`cache_key`): every input batch as the backbone
 is fed it (:func:`input_digest`: decoded, transformed, converted; hashed again while extracting,
 and not cached when the two readings differ), and the backbone's config, weights, structure and

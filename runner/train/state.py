@@ -238,7 +238,7 @@ def start_classifier_stage(state: TrainState) -> None:
     re-estimates the frozen backbone's BatchNorm running statistics on the stage's batches
     (class-balanced), and runs any dropout; ``eval`` keeps stage one's statistics and no
     dropout. A backbone frozen by ``model.freeze`` stays in eval mode either way
-    (:class:`runner.train.features.FrozenBackbone`), its features cached or not."""
+    (:class:`runner.models.backbones.FrozenBackbone`), its features cached or not."""
     cfg, model = state.config, state.model
     model.requires_grad_(False)
     trained = stage_for(cfg).trainable(model, state.sampler.num_classes)
