@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config import BASIC_SWEEPER, OBJECTIVE_SPLITS, SUPPLIED
 from runner.data.multilabel import is_multilabel_source
 from runner.errors import UserError, config_error
+from runner.fingerprint import MOVED_MODULES
 from runner.models.heads import HEADS
 from runner.train.multilabel_evaluation import BINARY_HEADLINE, MULTILABEL_HEADLINE
 from runner.train.settings import HEADLINE, MODEL_RUNNER_KEYS
@@ -189,6 +190,15 @@ def check_targets(cfg: DictConfig) -> None:
         if not isinstance(node, DictConfig) or "_target_" not in node:
             raise config_error(
                 group, f"choose one with {group}=<name> (samplerlab run --help lists them)"
+            )
+        moved = [
+            new + str(node._target_).removeprefix(old)
+            for new, old in MOVED_MODULES.items()
+            if str(node._target_).startswith(old)
+        ]
+        if moved:  # a config saved before the module moved
+            raise config_error(
+                f"{group}._target_", f"{node._target_!r} has moved; use {moved[0]!r}"
             )
         try:
             target = get_method(node._target_)

@@ -32,3 +32,19 @@ def test_a_recorded_config_is_read_back_with_the_new_paths():
     moved = moved_targets(plain)
     assert moved["loss"] == {"_target_": "runner.train.losses.LDAMLoss", "scale": 30}
     assert get_class(moved["loss"]["_target_"]).__name__ == "LDAMLoss"
+
+
+def test_a_config_naming_the_old_loss_path_is_told_the_new_one():
+    """A YAML saved before the move (an experiment file, a run's .hydra/config.yaml) gets one
+    line naming the key, the old path and the new one, not an import error."""
+    from runner.checks import check_targets
+    from runner.errors import UserError
+
+    cfg = compose_config(["loss=ldam"])
+    cfg.loss._target_ = "runner.losses.LDAMLoss"
+    with pytest.raises(UserError) as refused:
+        check_targets(cfg)
+    assert str(refused.value) == (
+        "config error at 'loss._target_': 'runner.losses.LDAMLoss' has moved; use "
+        "'runner.train.losses.LDAMLoss'"
+    )
