@@ -23,7 +23,7 @@ from experiments.caches import add_cache_commands
 SAMPLERS = "uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture"
 METHODS = (
     "ce,class_balanced,fixed_class,annealed,progressive,drs,hard_mined,hybrid,mixture,"
-    "crt,tau_norm,posthoc_la,lws"
+    "crt,tau_norm,posthoc_la,logistic_la,logistic_balanced,lws"
 )
 TENSOR_FILES = (".npz", ".pt")
 # What Hydra reads unquoted in an override's value; anything else in a path is quoted.

@@ -288,3 +288,11 @@ def check_objective(cfg: DictConfig, sweeper: str | None = None) -> None:
             "set data.val_per_class=N (N images of every class) or data.val_fraction=F (a share "
             "of every class)"
         )
+    stage = stage_named(str(cfg.trainer.classifier_stage))
+    if split == "val" and metric in BINARY_HEADLINE and stage.post_hoc:
+        raise UserError(
+            f"objective={cfg.objective}: trainer.classifier_stage={stage.name} tunes the "
+            "classifier on the validation split, so only its cross-fitted balanced accuracy "
+            f"scores it there, and the {name} sweeper would compare nothing\n"
+            "use objective=val/balanced_accuracy (or a stage that chooses nothing on validation)"
+        )

@@ -49,7 +49,7 @@ BACKBONE = "tf_efficientnet_lite0"
 # The nine strategies as published recipes (plain cross-entropy), then the decoupled classifiers.
 CANDIDATES = (
     "ce,class_balanced,fixed_class,annealed,progressive,drs,hard_mined,hybrid,mixture,"
-    "crt,tau_norm,posthoc_la,lws"
+    "crt,tau_norm,posthoc_la,logistic_la,logistic_balanced,lws"
 )
 OBJECTIVE = "val/balanced_accuracy"
 FEATURES_LINE = re.compile(r"features: computed (\d+) x (\d+) from \S+ in ([\d.]+) s")

@@ -163,6 +163,14 @@ class TauChoice:
     scores: tuple[float, ...]
     cross_fitted: np.ndarray = field(repr=False)
 
+    def describe(self) -> str:
+        """The choice in words, for the run's log."""
+        return (
+            f"tau {self.tau:.1f} chosen on the whole validation split (the tau the test set and "
+            f"the checkpoint use); the validation metrics use tau {self.tau_a:.1f} (chosen on "
+            f"half A) for half B's rows and {self.tau_b:.1f} (chosen on half B) for half A's"
+        )
+
     def metrics(self) -> dict[str, float]:
         """``decoupled/tau``, the halves' taus and the tuning curve, one key per tau tried."""
         curve = {
@@ -231,18 +239,39 @@ def cross_fit(
     sets the classifier to a tau; ``predict`` gives the model's predictions of the validation
     rows, whose labels are ``labels``, as the classifier stands when it is called; the test set
     never takes part. The classifier is left at the whole split's tau."""
-    half_a = validation_halves(labels)
     predictions = []
     for tau in grid:
         apply(tau)
         predictions.append(predict())
-    table = np.stack(predictions)  # (taus, validation rows)
+    fitted = cross_fit_table(np.stack(predictions), labels)
+    apply(grid[fitted.whole])
+    tau, tau_a, tau_b = (grid[i] for i in (fitted.whole, fitted.a, fitted.b))
+    return TauChoice(tau, tau_a, tau_b, grid, fitted.scores, fitted.cross_fitted)
+
+
+@dataclass(frozen=True)
+class CrossFit:
+    """Which setting (a row of the table) the whole validation split chooses (``whole``), which
+    half A and half B choose (``a``, ``b``), every setting's balanced accuracy on the whole split
+    (``scores``, in-sample), and the cross-fitted predictions: half A's rows as half B's choice
+    predicts them, half B's as half A's."""
+
+    whole: int
+    a: int
+    b: int
+    scores: tuple[float, ...]
+    cross_fitted: np.ndarray = field(repr=False)
+
+
+def cross_fit_table(table: np.ndarray, labels: np.ndarray) -> CrossFit:
+    """Choose among the settings of ``table`` (settings x validation rows: each setting's
+    predictions) by balanced accuracy, on the whole split and on each half
+    (:func:`validation_halves`; the first of equal maxima), and cross-fit."""
+    half_a = validation_halves(labels)
     whole, scores = _best(table, labels)
     a, _ = _best(table[:, half_a], labels[half_a])
     b, _ = _best(table[:, ~half_a], labels[~half_a])
-    apply(grid[whole])
-    cross_fitted = np.where(half_a, table[b], table[a])
-    return TauChoice(grid[whole], grid[a], grid[b], grid, tuple(scores), cross_fitted)
+    return CrossFit(whole, a, b, tuple(scores), np.where(half_a, table[b], table[a]))
 
 
 @torch.no_grad()

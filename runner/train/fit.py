@@ -24,7 +24,6 @@ from runner.data import Augment, augment_batch
 from runner.data.multilabel import MultiLabelData
 from runner.errors import UserError
 from runner.signals import raise_if_stopped, stop_on_signals
-from runner.train.decoupled import ClassifierInputs, TauChoice
 from runner.train.evaluation import Evaluation, evaluate
 from runner.train.feed import Feed
 from runner.train.losses import LDAMLoss
@@ -34,9 +33,10 @@ from runner.train.multilabel_run import (
     multilabel_sampling_metrics,
     positive_class,
 )
+from runner.train.post_hoc import choose_post_hoc
 from runner.train.recorder import class_table, per_class_as_table
 from runner.train.run import Parts, RunContext, Scored
-from runner.train.stages import PostHocStage, stage_for
+from runner.train.stages import PostHocChoice, PostHocStage, stage_for
 from runner.train.state import (
     TrainState,
     autocast,
@@ -201,7 +201,7 @@ def fit(
     the evaluation that ends stage one is also logged as ``stage1/*``. With
     ``trainer.classifier_stage=tau_norm`` or ``posthoc_la`` the classifier is tau-normalised or
     logit-adjusted after the last epoch trains, before it is evaluated, and that evaluation's
-    validation metrics are cross-fitted (:func:`_post_hoc`)."""
+    validation metrics are cross-fitted (:mod:`runner.train.post_hoc`)."""
     parts, recorder, progress, logged_through = (
         run.parts,
         run.recorder,
@@ -268,9 +268,11 @@ def fit(
             # The classifier's (the last group): a backbone_lr factor gives the features their own.
             metrics["train/lr"] = state.optimizer.param_groups[-1]["lr"]
             stage_one_ends = state.epoch == trainer.epochs < last
-            tuned: TauChoice | None = None  # a post-hoc stage chooses on validation: cross-fitted
+            tuned: PostHocChoice | None = (
+                None  # a post-hoc stage chooses on validation: cross-fitted
+            )
             if state.epoch == last and isinstance(stage, PostHocStage):
-                tuned = _post_hoc(parts, stage, val_x)  # before the last evaluation
+                tuned = choose_post_hoc(parts, stage, val_x, train_x)  # before the last evaluation
                 metrics.update(tuned.metrics())
             if state.epoch % trainer.eval_every == 0 or state.epoch == last or stage_one_ends:
                 evaluation, validation = _evaluations(parts, test_x, val_x, tuned)
@@ -286,7 +288,7 @@ def fit(
                     progress.latest_val = validation
                     score = validation.score
                 if data.num_classes == 2 and not multi_label:  # rare positives
-                    metrics.update(_rare_positives(parts, test_x, val_x))
+                    metrics.update(_rare_positives(parts, test_x, val_x, tuned is None))
                 if score > progress.best_score:
                     progress.best, progress.best_epoch, progress.best_score = (
                         evaluation,
@@ -314,7 +316,7 @@ def fit(
 
 
 def _evaluations(
-    parts: Parts, test_x: Feed, val_x: Feed | None, tuned: TauChoice | None
+    parts: Parts, test_x: Feed, val_x: Feed | None, tuned: PostHocChoice | None
 ) -> tuple[Scored, Scored | None]:
     """The test split's evaluation and the validation split's (None without one). Multi-label
     data: sigmoid scores, the validation split's F1 thresholds applied to the test split
@@ -343,10 +345,14 @@ def _evaluations(
     return evaluation, _scored(parts, labels, tuned.cross_fitted)
 
 
-def _rare_positives(parts: Parts, test_x: Feed, val_x: Feed | None) -> dict[str, float]:
+def _rare_positives(
+    parts: Parts, test_x: Feed, val_x: Feed | None, val_metrics: bool
+) -> dict[str, float]:
     """Binary data: the rarer class against the other (average precision, ROC AUC, and
     precision and recall at the threshold chosen on the validation split for
-    ``eval.target_precision``), as ``test/`` and ``val/`` metrics."""
+    ``eval.target_precision``), as ``test/`` and, when ``val_metrics``, ``val/`` metrics: not
+    after a post-hoc stage, whose classifier the validation split tuned (its scores would be
+    optimistic; only the cross-fitted predictions score it)."""
     data = parts.data
     val = (val_x, data.val_y) if val_x is not None and data.val_y is not None else None
     with autocast(parts.device):
@@ -359,7 +365,7 @@ def _rare_positives(parts: Parts, test_x: Feed, val_x: Feed | None) -> dict[str,
             parts.trainer.eval_batch_size,
         )
     metrics = rare.test.headline("test")
-    if rare.val is not None:
+    if rare.val is not None and val_metrics:
         metrics.update(rare.val.headline("val"))
     return metrics
 
@@ -376,35 +382,6 @@ def _predict(parts: Parts, x: Feed) -> np.ndarray:
 def _scored(parts: Parts, y: np.ndarray, predictions: np.ndarray) -> Evaluation:
     counts, shots = parts.data.train_counts.numpy(), parts.evaluation
     return evaluate(y, predictions, counts, parts.data.class_names, shots.many_shot, shots.few_shot)
-
-
-def _post_hoc(parts: Parts, stage: PostHocStage, val_x: Feed | None) -> TauChoice:
-    """Tau-normalise (``tau_norm``) or logit-adjust (``posthoc_la``, by the training class
-    frequencies) the trained classifier with the tau the validation split chooses, and cross-fit
-    the validation predictions (:func:`runner.train.decoupled.cross_fit`): the last evaluation's
-    validation metrics are made from those, never from a tau chosen on the row it predicts. Run
-    once, when the last epoch has trained and before it is evaluated, so that the last
-    evaluation, the final metrics, the last checkpoint and the logged model are the changed
-    classifier's, and a run resumed from that checkpoint does not choose again."""
-    val_y = parts.data.val_y
-    assert val_x is not None and val_y is not None  # refused before training without a split
-    labels = val_y.numpy()
-    model = parts.state.model
-    # Every rank reads the whole split (as an evaluation does), in the chunks and precision of
-    # _predict: the backbone once, then each tau the classifier's pass alone.
-    chunks = val_x.batches(torch.arange(len(val_x)), parts.trainer.eval_batch_size)
-    predict = ClassifierInputs(model, chunks, lambda: autocast(parts.device)).predict
-    choice = stage.choose(model, predict, labels, parts.data.train_counts)
-    log.info(
-        "%s: tau %.1f chosen on the whole validation split (the tau the test set and the "
-        "checkpoint use); the validation metrics use tau %.1f (chosen on half A) for half B's "
-        "rows and %.1f (chosen on half B) for half A's",
-        stage.name,
-        choice.tau,
-        choice.tau_a,
-        choice.tau_b,
-    )
-    return choice
 
 
 def _divergence_cause(parts: Parts, classifier_only: bool) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -28,13 +28,14 @@ from torch import nn
 
 from runner.errors import UserError, config_error
 from runner.train.decoupled import (
-    TauChoice,
+    TAU_GRID,
     choose_adjustment,
     choose_tau,
     linear_classifier,
     scale_classifier,
     validation_halves,
 )
+from runner.train.refit import choose_refit
 from runner.train.settings import TrainerConfig
 
 KEY = "trainer.classifier_stage"
@@ -110,7 +111,7 @@ def stage_named(name: str) -> ClassifierStage:
         >>> stage_named("lws")
         Traceback (most recent call last):
         ...
-        runner.errors.UserError: config error at 'trainer.classifier_stage': 'lws' is unknown; choose one of ('none', 'retrain', 'scale', 'tau_norm', 'posthoc_la')
+        runner.errors.UserError: config error at 'trainer.classifier_stage': 'lws' is unknown; choose one of ('none', 'retrain', 'scale', 'tau_norm', 'posthoc_la', 'logistic_la', 'logistic_balanced')
     """
     if name not in _STAGES:
         raise config_error(KEY, f"{name!r} is unknown; choose one of {stage_names()}")
@@ -176,15 +177,39 @@ class Scale(ClassifierStage):
         return [scale_classifier(model, num_classes)]
 
 
-Predict = Callable[[], np.ndarray]
+@dataclass(frozen=True)
+class PostHocInputs:
+    """What a post-hoc stage chooses with: ``predict`` gives the validation rows' predicted
+    classes by the classifier as it stands, ``labels`` their labels, ``counts`` the training
+    class counts; ``training()`` the classifier's inputs for every training row (the model in
+    eval mode, no augmentation) and their labels, computed when a stage asks."""
+
+    predict: Callable[[], np.ndarray]
+    labels: np.ndarray
+    counts: torch.Tensor
+    training: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+
+
+class PostHocChoice(Protocol):
+    """What a post-hoc stage chose: the validation predictions cross-fitted (every row predicted
+    with what the half it is not in chose), its metrics and a line for the log."""
+
+    @property
+    def cross_fitted(self) -> np.ndarray: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def describe(self) -> str: ...
 
 
 class PostHocStage(ClassifierStage):
-    """A stage that takes no epochs: after the last one, a tau chosen on the validation split
-    changes a linear classifier (``needs_bias``: its bias), the validation metrics cross-fitted."""
+    """A stage that takes no epochs: after the last one, what it ``chooses`` on the validation
+    split changes a linear classifier (``needs_bias``: one with a bias), the validation metrics
+    cross-fitted."""
 
     post_hoc = True
     needs_bias: ClassVar[bool] = False
+    chooses: ClassVar[str] = "tau"
     why_linear: ClassVar[str]  # why model.head must be linear, "{}" the head
 
     def check(self, settings: StageSettings) -> None:
@@ -195,14 +220,14 @@ class PostHocStage(ClassifierStage):
         if settings.val_per_class == 1:
             raise config_error(
                 "data.val_per_class",
-                f"{self.name} chooses tau on one half of the validation split and scores it on "
+                f"{self.name} chooses {self.chooses} on one half of the validation split and scores it on "
                 "the other, and 1 row of every class leaves the second half empty; set "
                 "data.val_per_class=2 or more",
             )
         if not settings.has_validation:
             raise config_error(
                 KEY,
-                f"{self.name} chooses tau on a validation split, and data.val_per_class="
+                f"{self.name} chooses {self.chooses} on a validation split, and data.val_per_class="
                 f"{settings.val_per_class}, data.val_fraction={settings.val_fraction} give "
                 "none; set data.val_per_class=N or data.val_fraction=F (never the test set)",
             )
@@ -213,17 +238,14 @@ class PostHocStage(ClassifierStage):
         linear_classifier(model, self.name, self.needs_bias)
         if val_labels is None:
             raise UserError(
-                f"{KEY}={self.name} chooses tau on a validation split, and the data built none\n"
+                f"{KEY}={self.name} chooses {self.chooses} on a validation split, and the data "
+                "built none\n"
                 "set data.val_per_class=N or data.val_fraction=F (never the test set)"
             )
         validation_halves(val_labels.numpy())
 
-    def choose(
-        self, model: nn.Module, predict: Predict, labels: np.ndarray, counts: torch.Tensor
-    ) -> TauChoice:
-        """Change ``model``'s classifier in place with the tau the validation rows (``labels``,
-        predicted by ``predict`` as the classifier stands) choose; ``counts``: the training
-        class counts."""
+    def choose(self, model: nn.Module, inputs: PostHocInputs) -> PostHocChoice:
+        """Change ``model``'s classifier in place with what the validation rows choose."""
         raise NotImplementedError
 
 
@@ -236,10 +258,8 @@ class TauNorm(PostHocStage):
         "rescales a linear head's class weights, and model.head={} has unit-norm ones already"
     )
 
-    def choose(
-        self, model: nn.Module, predict: Predict, labels: np.ndarray, counts: torch.Tensor
-    ) -> TauChoice:
-        return choose_tau(linear_classifier(model, self.name), predict, labels)
+    def choose(self, model: nn.Module, inputs: PostHocInputs) -> PostHocChoice:
+        return choose_tau(linear_classifier(model, self.name), inputs.predict, inputs.labels)
 
 
 @register
@@ -251,9 +271,47 @@ class PostHocAdjustment(PostHocStage):
     needs_bias = True
     why_linear = "shifts a linear head's bias, and model.head={} has none"
 
-    def choose(
-        self, model: nn.Module, predict: Predict, labels: np.ndarray, counts: torch.Tensor
-    ) -> TauChoice:
+    def choose(self, model: nn.Module, inputs: PostHocInputs) -> PostHocChoice:
         classifier = linear_classifier(model, self.name, needs_bias=True)
-        prior = counts.double() / counts.double().sum()
-        return choose_adjustment(classifier, prior, predict, labels)
+        prior = inputs.counts.double() / inputs.counts.double().sum()
+        return choose_adjustment(classifier, prior, inputs.predict, inputs.labels)
+
+
+class LogisticRefit(PostHocStage):
+    """The linear classifier refitted by L-BFGS logistic regression on the training rows'
+    representation, C (and tau) chosen on validation (:mod:`runner.train.refit`)."""
+
+    needs_bias = True
+    balanced: ClassVar[bool] = False
+    why_linear = "refits a linear head's weights and bias, and model.head={} is not one"
+
+    def choose(self, model: nn.Module, inputs: PostHocInputs) -> PostHocChoice:
+        classifier = linear_classifier(model, self.name, needs_bias=True)
+        prior = inputs.counts.double() / inputs.counts.double().sum()
+        taus = (0.0,) if self.balanced else TAU_GRID
+        return choose_refit(
+            classifier,
+            inputs.training(),
+            prior,
+            inputs.predict,
+            inputs.labels,
+            balanced=self.balanced,
+            tau_grid=taus,
+        )
+
+
+@register
+class LogisticAdjusted(LogisticRefit):
+    """Logistic regression, then post-hoc logit adjustment: C and tau chosen together."""
+
+    name = "logistic_la"
+    chooses = "C and tau"
+
+
+@register
+class LogisticBalanced(LogisticRefit):
+    """Class-weighted logistic regression (``class_weight="balanced"``): C chosen."""
+
+    name = "logistic_balanced"
+    chooses = "C"
+    balanced = True

@@ -1,0 +1,179 @@
+"""The linear classifier fitted again, convexly, on the representation the run learnt: what a
+careful engineer tries first on frozen features. On pretrained features, scikit-learn's
+``LogisticRegression`` with post-hoc logit adjustment (Menon et al. 2021), C and tau chosen on
+validation, beats heads trained by a few epochs of SGD; these stages make it a candidate.
+
+:func:`fit_logistic` is multinomial logistic regression by full-batch L-BFGS, scikit-learn's
+``LogisticRegression`` objective (``penalty="l2"``, the bias unpenalised), divided by C·n:
+(1/n) Σ s_i CE(W x_i + b, y_i) + ||W||² / (2 C n), ``s`` the sample weights
+(``class_weight="balanced"``: s_i = n / (K n_{y_i})). Its fits of the C grid are warm-started
+from the one before, the most regularised first.
+
+``logistic_la`` (:func:`choose_refit`): for every C of :data:`C_GRID` the classifier is refitted
+on the training rows' representation (the model in eval mode, no augmentation), then
+logit-adjusted by the training class frequencies with every tau of
+:data:`runner.train.decoupled.TAU_GRID` (tau=0: the plain fit); the pair (C, tau) is chosen on
+the validation split by balanced accuracy and cross-fitted as tau-normalisation's tau
+(:func:`runner.train.decoupled.cross_fit_table`): each half of the split is predicted with the
+pair the other half chose. ``logistic_balanced``: the class-weighted fit, C alone chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from runner.train.decoupled import TAU_GRID, adjusted_bias, cross_fit_table
+
+# scikit-learn's default C is 1; the grid spans the regularisation a feature scale may need.
+C_GRID: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
+MAX_ITERATIONS = 1000  # L-BFGS steps per fit (scikit-learn's max_iter is 100; it warns short)
+GRADIENT_TOLERANCE = 1e-7  # largest gradient entry of the divided objective at convergence
+
+
+def balanced_weights(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """scikit-learn's ``class_weight="balanced"`` as sample weights: n / (K n_{y_i})."""
+    counts = torch.bincount(labels, minlength=num_classes).double()
+    return (len(labels) / (num_classes * counts))[labels]
+
+
+def fit_logistic(
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    num_classes: int,
+    c: float,
+    sample_weight: torch.Tensor | None = None,
+    start: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weights (K x D) and bias (K) of the multinomial logistic regression of ``labels`` on
+    ``features`` with inverse regularisation ``c`` (see the module's docstring), in float64 on
+    the features' device; ``start`` warm-starts L-BFGS.
+
+    Example:
+        >>> x = torch.tensor([[0.0], [1.0], [2.0], [3.0]])
+        >>> weight, bias = fit_logistic(x, torch.tensor([0, 0, 1, 1]), 2, c=1.0)
+        >>> (x.double() @ weight.T + bias).argmax(1).tolist()
+        [0, 0, 1, 1]
+    """
+    x = features.double()
+    n = len(x)
+    weights = torch.ones(n, dtype=torch.float64, device=x.device)
+    if sample_weight is not None:
+        weights = sample_weight.to(x.device, torch.float64)
+    if start is None:
+        start = (x.new_zeros(num_classes, x.shape[1]), x.new_zeros(num_classes))
+    weight, bias = (p.detach().clone().to(x.device, torch.float64) for p in start)
+    weight.requires_grad_(True)
+    bias.requires_grad_(True)
+    optimizer = torch.optim.LBFGS(
+        [weight, bias],
+        max_iter=MAX_ITERATIONS,
+        tolerance_grad=GRADIENT_TOLERANCE,
+        tolerance_change=1e-12,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
+
+    def objective() -> torch.Tensor:
+        optimizer.zero_grad()
+        losses = F.cross_entropy(x @ weight.T + bias, labels.to(x.device), reduction="none")
+        loss = (weights * losses).sum() / n + weight.square().sum() / (2 * c * n)
+        loss.backward()
+        return loss
+
+    optimizer.step(objective)
+    return weight.detach(), bias.detach()
+
+
+@dataclass(frozen=True)
+class RefitChoice:
+    """What :func:`choose_refit` chose: C and tau on the whole validation split (the classifier
+    keeps them), on half A and on half B; ``scores``: the whole split's best balanced accuracy
+    over tau at every C (the tuning curve: in-sample, never an estimate); ``cross_fitted``: the
+    validation predictions, each row's made with the pair chosen on the half it is not in."""
+
+    c: float
+    tau: float
+    c_a: float
+    tau_a: float
+    c_b: float
+    tau_b: float
+    scores: dict[float, float]
+    cross_fitted: np.ndarray = field(repr=False)
+
+    def describe(self) -> str:
+        """The choice in words, for the run's log."""
+        return (
+            f"C {self.c:g}, tau {self.tau:.1f} chosen on the whole validation split (what the "
+            f"test set and the checkpoint use); the validation metrics use C {self.c_a:g}, tau "
+            f"{self.tau_a:.1f} (chosen on half A) for half B's rows and C {self.c_b:g}, tau "
+            f"{self.tau_b:.1f} (chosen on half B) for half A's"
+        )
+
+    def metrics(self) -> dict[str, float]:
+        """``decoupled/C``, ``decoupled/tau``, the halves' choices and the tuning curve."""
+        curve = {f"decoupled/val_balanced_accuracy/C_{c:g}": s for c, s in self.scores.items()}
+        chosen = {"decoupled/C": self.c, "decoupled/tau": self.tau}
+        halves = {
+            "decoupled/C_half_a": self.c_a,
+            "decoupled/C_half_b": self.c_b,
+            "decoupled/tau_half_a": self.tau_a,
+            "decoupled/tau_half_b": self.tau_b,
+        }
+        return {**chosen, **halves, **curve}
+
+
+@torch.no_grad()
+def choose_refit(
+    classifier: nn.Linear,
+    training: tuple[torch.Tensor, torch.Tensor],
+    prior: torch.Tensor,
+    predict: Callable[[], np.ndarray],
+    labels: np.ndarray,
+    balanced: bool = False,
+    c_grid: tuple[float, ...] = C_GRID,
+    tau_grid: tuple[float, ...] = TAU_GRID,
+) -> RefitChoice:
+    """Refit ``classifier`` in place on ``training`` (the classifier's inputs for every training
+    row, and their labels) for every C of ``c_grid`` (class-weighted when ``balanced``), adjust
+    its bias by ``prior`` (the training class frequencies) with every tau of ``tau_grid``, and
+    keep the pair the validation rows (``labels``; ``predict`` predicts them with the classifier
+    as it stands) choose; cross-fitted. The test set never takes part."""
+    features, train_labels = training
+    num_classes = classifier.out_features
+    weights = balanced_weights(train_labels, num_classes) if balanced else None
+    fits: list[tuple[torch.Tensor, torch.Tensor]] = []
+    settings: list[tuple[int, float]] = []
+    predictions = []
+    for i, c in enumerate(sorted(c_grid)):  # the most regularised first: each warm-starts the next
+        with torch.enable_grad():
+            fits.append(fit_logistic(features, train_labels, num_classes, c, weights, *fits[-1:]))
+        for tau in tau_grid:
+            _set(classifier, fits[i], prior, tau)
+            predictions.append(predict())
+            settings.append((i, tau))
+    fitted = cross_fit_table(np.stack(predictions), labels)
+    grid = sorted(c_grid)
+    (i, tau), (i_a, tau_a), (i_b, tau_b) = (settings[k] for k in (fitted.whole, fitted.a, fitted.b))
+    _set(classifier, fits[i], prior, tau)
+    scores = {
+        c: max(s for (j, _), s in zip(settings, fitted.scores, strict=True) if j == k)
+        for k, c in enumerate(grid)
+    }
+    return RefitChoice(
+        grid[i], tau, grid[i_a], tau_a, grid[i_b], tau_b, scores, fitted.cross_fitted
+    )
+
+
+def _set(
+    classifier: nn.Linear, fit: tuple[torch.Tensor, torch.Tensor], prior: torch.Tensor, tau: float
+) -> None:
+    weight, bias = fit
+    assert classifier.bias is not None, "linear_classifier refuses a classifier without a bias"
+    classifier.weight.copy_(weight.to(classifier.weight.device))
+    classifier.bias.copy_(adjusted_bias(bias, prior.to(bias.device), tau))

@@ -1,0 +1,139 @@
+"""The classifier refitted by logistic regression (``logistic_la``, ``logistic_balanced``): the fit
+against scikit-learn's ``LogisticRegression``, the (C, tau) choice cross-fitted as the other
+post-hoc stages', not optimistic on labels independent of the features, and a real run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from sklearn.linear_model import LogisticRegression
+
+from runner.train.decoupled import TAU_GRID, balanced_accuracy, validation_halves
+from runner.train.refit import C_GRID, balanced_weights, choose_refit, fit_logistic
+from tests.conftest import compose_config
+from tests.test_tau_norm_selection import Z, _above_zero, _predictions
+
+
+def _blobs(rng: np.random.Generator, counts: list[int], dim: int, spread: float):
+    labels = np.repeat(np.arange(len(counts)), counts)
+    means = rng.standard_normal((len(counts), dim)) * spread
+    features = means[labels] + rng.standard_normal((len(labels), dim))
+    return torch.from_numpy(features).float(), torch.from_numpy(labels)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("c", [0.01, 1.0, 100.0])
+@pytest.mark.parametrize("balanced", [False, True])
+def test_the_fit_is_scikit_learns_logistic_regression(c, balanced):
+    """The same objective (l2, bias unpenalised, class_weight="balanced" as sample weights),
+    both solved far past their default tolerances: the predicted probabilities agree to 1e-4
+    (the objective is strictly convex in W and the softmax is invariant to the bias's common
+    shift, so the probabilities are unique)."""
+    rng = np.random.default_rng(3)
+    features, labels = _blobs(rng, [120, 50, 20, 8], dim=6, spread=1.2)
+    weights = balanced_weights(labels, 4) if balanced else None
+    weight, bias = fit_logistic(features, labels, 4, c, weights)
+    ours = torch.softmax(features.double() @ weight.T + bias, 1).numpy()
+    reference = LogisticRegression(
+        C=c, tol=1e-12, max_iter=100_000, class_weight="balanced" if balanced else None
+    ).fit(features.double().numpy(), labels.numpy())
+    assert np.abs(ours - reference.predict_proba(features.double().numpy())).max() < 1e-4
+
+
+@pytest.mark.unit
+def test_the_choice_of_c_and_tau_is_cross_fitted():
+    """Every (C, tau) scored on the whole split and on each half, the classifier left at the
+    whole split's pair, every validation row predicted with the pair the other half chose:
+    recomputed here from fits of our own."""
+    rng = np.random.default_rng(7)
+    features, labels = _blobs(rng, [300, 90, 30, 10], dim=8, spread=0.7)
+    val_x, val_y = _blobs(np.random.default_rng(8), [30, 30, 30, 30], dim=8, spread=0.7)
+    val_y = val_y.numpy()
+    prior = torch.bincount(labels).double() / len(labels)
+    classifier = torch.nn.Linear(8, 4)
+    grid = (0.01, 1.0)
+    choice = choose_refit(
+        classifier, (features, labels), prior, _predictions(classifier, val_x), val_y, c_grid=grid
+    )
+
+    def predictions(c: float, tau: float) -> np.ndarray:
+        weight, bias = fit_logistic(features, labels, 4, c)
+        logits = val_x.double() @ weight.T + bias - torch.log(prior**tau + 1e-12)
+        return logits.argmax(1).numpy()
+
+    table = {(c, tau): predictions(c, tau) for c in grid for tau in TAU_GRID}
+    half_a = validation_halves(val_y)
+    scored = {k: balanced_accuracy(val_y, p) for k, p in table.items()}
+    on_a = {k: balanced_accuracy(val_y[half_a], p[half_a]) for k, p in table.items()}
+    on_b = {k: balanced_accuracy(val_y[~half_a], p[~half_a]) for k, p in table.items()}
+    # The first of equal maxima in the table's order (C ascending, then tau), as the stage's.
+    best = [max(s, key=s.__getitem__) for s in (scored, on_a, on_b)]
+    assert [(choice.c, choice.tau), (choice.c_a, choice.tau_a), (choice.c_b, choice.tau_b)] == best
+    assert choice.scores == pytest.approx(
+        {c: max(s for (k, _), s in scored.items() if k == c) for c in grid}
+    )
+    crossed = np.where(half_a, table[best[2]], table[best[1]])
+    assert np.array_equal(choice.cross_fitted, crossed)
+    with torch.no_grad():
+        kept = classifier(val_x).argmax(1).numpy()
+    assert np.array_equal(kept, table[best[0]])
+    assert {"decoupled/C", "decoupled/tau", "decoupled/C_half_a"} <= set(choice.metrics())
+
+
+@pytest.mark.unit
+def test_on_pure_noise_the_cross_fitted_score_is_not_optimistic():
+    """Labels independent of the features: every prediction scores 1/K in expectation, so the
+    cross-fitted balanced accuracy less chance has mean 0 (bounded by :data:`Z` standard errors
+    of the 60 differences), while the pair scored on the split that chose it is optimistic."""
+    rng = np.random.default_rng(0)
+    crossed, in_sample = [], []
+    for _ in range(60):
+        features = torch.from_numpy(rng.standard_normal((120, 6))).float()
+        labels = torch.from_numpy(rng.permutation(np.repeat(np.arange(4), [60, 30, 20, 10])))
+        val_x = torch.from_numpy(rng.standard_normal((80, 6))).float()
+        val_y = rng.permutation(np.repeat(np.arange(4), 20))
+        prior = torch.bincount(labels).double() / len(labels)
+        classifier = torch.nn.Linear(6, 4)
+        choice = choose_refit(
+            classifier,
+            (features, labels),
+            prior,
+            _predictions(classifier, val_x),
+            val_y,
+            c_grid=(0.01, 1.0),
+        )
+        crossed.append(balanced_accuracy(val_y, choice.cross_fitted) - 0.25)
+        in_sample.append(max(choice.scores.values()) - 0.25)
+    assert _above_zero(np.array(crossed)) <= Z
+    assert _above_zero(np.array(in_sample)) > Z
+
+
+@pytest.mark.slow  # two real runs of three digits epochs, in this process
+@pytest.mark.parametrize("method", ["logistic_la", "logistic_balanced"])
+def test_a_refit_run_records_its_choice_and_keeps_the_refitted_classifier(method, tracking_uri):
+    from runner.app import run
+
+    overrides = [
+        f"+method={method}",
+        "data=digits_lt",
+        "data.val_per_class=20",
+        "trainer.epochs=3",
+        "trainer.progress=false",
+        "trainer.threads=1",
+        "tracking.plots=false",
+        f"tracking.uri={tracking_uri}",
+    ]
+    results = run(compose_config(overrides))
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("samplerlab").experiment_id
+    (found,) = client.search_runs([experiment])
+    assert found.info.status == "FINISHED"
+    metrics = found.data.metrics
+    assert metrics["decoupled/C"] in C_GRID
+    if method == "logistic_balanced":  # the class weights balance; no adjustment is tried
+        assert metrics["decoupled/tau"] == 0.0
+    curve = {f"decoupled/val_balanced_accuracy/C_{c:g}" for c in C_GRID}
+    assert curve <= set(metrics)
+    assert results["val/balanced_accuracy"] == metrics["val/balanced_accuracy"]
