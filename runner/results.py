@@ -61,6 +61,10 @@ def record_results(run: RunContext, forked: int = 0) -> dict[str, float]:
     assert final is not None and best is not None  # the last epoch always evaluates
     tabled = per_class_as_table(parts.tracking, len(names))
     summary = final.metrics(names, "final", per_class=not tabled)
+    rare = progress.latest_rare  # binary data: the last evaluation's rare-positive metrics
+    summary.update(
+        {f"final/{k.removeprefix('test/')}": v for k, v in rare.items() if k[:5] == "test/"}
+    )
     columns = {
         "data/train_count": parts.data.train_counts.numpy(),
         "data/test_count": final.support,
@@ -86,6 +90,7 @@ def record_results(run: RunContext, forked: int = 0) -> dict[str, float]:
     results = {**summary, **final.headline("test")}
     if progress.latest_val is not None:
         results.update(progress.latest_val.headline("val"))
+    results.update(rare)  # what a race on val/average_precision reads
     files: dict[str, Any] = {
         "classification_report.txt": final.report,
         "best_classification_report.txt": f"best epoch {progress.best_epoch} of "

@@ -10,10 +10,12 @@ import math
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 from runner.app import run
 from runner.checks import check_objective
 from runner.errors import UserError
+from runner.results import objective
 from runner.train.multilabel_evaluation import MultiLabelEvaluation
 from runner.train.run import Progress
 from tests.conftest import compose_config
@@ -85,12 +87,17 @@ def test_a_binary_95_5_run_records_ap_roc_auc_and_the_validation_threshold(
             f"tracking.uri={tracking_uri}",
         ]
     )
-    run(cfg)
+    results = run(cfg)
     metrics, _ = only_run(tracking_uri)
     assert metrics["data/train_count/class_1"] == 50
     for key in ("test/average_precision", "test/roc_auc", "test/threshold", "test/recall"):
         assert math.isfinite(metrics[key]), key
     assert metrics["test/target_precision"] == 0.8 and "val/average_precision" in metrics
+    # What a race on average precision reads: the run's results, the final values logged too.
+    assert results["val/average_precision"] == metrics["val/average_precision"]
+    assert metrics["final/average_precision"] == metrics["test/average_precision"]
+    raced = OmegaConf.merge(cfg, {"objective": "val/average_precision"})
+    assert objective(raced, results) == metrics["val/average_precision"]
 
 
 def test_a_race_refuses_an_objective_the_data_do_not_report() -> None:
@@ -101,3 +108,8 @@ def test_a_race_refuses_an_objective_the_data_do_not_report() -> None:
     single = compose_config(["data.val_per_class=20", "objective=val/mAP"])
     with pytest.raises(UserError, match="use objective=val/balanced_accuracy"):
         check_objective(single, RACE)
+    # A post-hoc stage tunes its classifier on the split: no val/ rare-positive score is honest.
+    binary = ["data.num_classes=2", "data.val_per_class=20", "objective=val/average_precision"]
+    check_objective(compose_config(binary), RACE)
+    with pytest.raises(UserError, match="classifier_stage=posthoc_la tunes the classifier"):
+        check_objective(compose_config(["+method=posthoc_la", *binary]), RACE)

@@ -288,7 +288,8 @@ def fit(
                     progress.latest_val = validation
                     score = validation.score
                 if data.num_classes == 2 and not multi_label:  # rare positives
-                    metrics.update(_rare_positives(parts, test_x, val_x, tuned is None))
+                    progress.latest_rare = _rare_positives(parts, test_x, val_x, tuned is None)
+                    metrics.update(progress.latest_rare)
                 if score > progress.best_score:
                     progress.best, progress.best_epoch, progress.best_score = (
                         evaluation,

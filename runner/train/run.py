@@ -60,6 +60,7 @@ class Progress:
     best: Scored | None = None  # on the test set, at the best epoch
     best_epoch: int = 0  # 1-based, as printed
     best_score: float = -1.0  # the score the best epoch was chosen by (balanced accuracy, mAP)
+    latest_rare: dict[str, float] = field(default_factory=dict)  # binary data: test/, val/ AP...
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +72,7 @@ class Progress:
             "best_epoch": self.best_epoch,
             "best_score": self.best_score,
             "unlogged": list(self.unlogged),
+            "latest_rare": dict(self.latest_rare),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -85,6 +87,7 @@ class Progress:
         self.best_epoch = state["best_epoch"]
         self.best_score = state["best_score"]
         self.unlogged = [tuple(row) for row in state.get("unlogged", [])]
+        self.latest_rare = dict(state.get("latest_rare", {}))  # checkpoints before it: none
 
 
 @dataclass
