@@ -13,6 +13,7 @@ import warnings
 
 import pytest
 import torch
+from hydra.core.hydra_config import HydraConfig
 
 from tests.conftest import KINDS
 from tests.helpers.cli import ROOT, run_cli, run_python, runner_args
@@ -116,23 +117,27 @@ def process_state() -> tuple[object, ...]:
         signal.getsignal(signal.SIGTERM),
         list(logging.getLogger().handlers),
         torch.get_num_threads(),
+        HydraConfig.initialized(),
     )
 
 
 @pytest.mark.slow
 def test_a_command_in_process_leaves_this_process_as_it_found_it(tmp_path, tracking_uri):
-    """The working directory, environment, argument list, signal handlers, logging and torch's
-    threads after a run that changed them all (Hydra configures logging, the trainer sets its
-    threads, the runner its variables and handlers)."""
+    """The working directory, environment, argument list, signal handlers, logging, torch's
+    threads and Hydra's job config after a run that changed them all (Hydra configures logging
+    and sets the job's config, the trainer sets its threads, the runner its variables and
+    handlers): a later test calling the runner in process must not find itself in a job."""
     before = process_state()
-    run_cli(
-        "trainer.epochs=1",
-        "trainer.threads=2",
-        "tracking.plots=false",
-        cwd=tmp_path,
-        uri=tracking_uri,
-    )
-    assert process_state() == before
+    for multirun in (False, True):  # a sweep leaves its config as the job's config
+        run_cli(
+            "trainer.epochs=1",
+            "trainer.threads=2",
+            "tracking.plots=false",
+            cwd=tmp_path,
+            uri=tracking_uri,
+            multirun=multirun,
+        )
+        assert process_state() == before, multirun
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ files for stdout and stderr (file descriptors and ``sys`` streams alike), reads 
 from ``SystemExit`` (an uncaught exception: its traceback and status 1, as the interpreter
 does), and puts back what a command changes in the process it leaves: the working directory,
 the environment, the argument list, the streams, logging's handlers and levels, the signal
-handlers, torch's thread count and MLflow's tracking URI and active run.
+handlers, Hydra's singletons (the job's HydraConfig among them), torch's thread count and
+MLflow's tracking URI and active run.
 
 What it does not give, and what fresh interpreters therefore test (:mod:`tests.helpers.cli`):
 start-up itself (a module imported lazily is already here), the status the operating system
@@ -35,7 +36,8 @@ from pathlib import Path
 
 import mlflow
 import torch
-from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
 
 
 def run_module(
@@ -126,6 +128,11 @@ def _restored() -> Iterator[None]:
     threads = torch.get_num_threads()
     uri = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
     loggers = _logging_state()
+    # As Hydra's launchers carry it to their workers; its instances are the live dict, and the
+    # job's HydraConfig is set on an instance that may exist already: both are kept apart.
+    job_config = HydraConfig.instance().cfg
+    hydra = Singleton.get_state()
+    hydra = {**hydra, "instances": dict(hydra["instances"])}
     try:
         yield
     finally:
@@ -140,8 +147,8 @@ def _restored() -> Iterator[None]:
             mlflow.end_run()
         if uri is not None:
             mlflow.set_tracking_uri(uri)
-        if GlobalHydra.instance().is_initialized():
-            GlobalHydra.instance().clear()
+        Singleton.set_state(hydra)  # the job's HydraConfig would tell later code it runs in one
+        HydraConfig.instance().cfg = job_config
         _restore_logging(loggers)
 
 
