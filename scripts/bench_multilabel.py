@@ -6,7 +6,7 @@
 
 Each run trains the same MLP on ``data=synthetic_multilabel`` (its defaults, a 20% validation
 split by iterative stratification) with the runner's epoch
-(:func:`runner.train.multilabel_run.train_multilabel`) and reports the last epoch's test
+(:func:`runner.train.multilabel_loop.train_multilabel`) and reports the last epoch's test
 metrics (nothing is selected: every strategy trains the same epochs). F1 uses the thresholds
 chosen on the validation split. The table gives the mean and the 95% Student-t half-width
 over the seeds, and each strategy's paired difference to instance-balanced BCE in tail mAP.
@@ -28,8 +28,8 @@ from runner.config import trainer_config
 from runner.data.multilabel import MultiLabelData, synthetic_multilabel
 from runner.models import MLP
 from runner.train.evaluation import shot_groups
+from runner.train.multilabel_loop import train_multilabel
 from runner.train.multilabel_losses import DistributionBalancedLoss, MultiLabelBCE
-from runner.train.multilabel_run import train_multilabel
 from samplers import (
     MultiLabelClassAwareSampler,
     MultiLabelInstanceSampler,
@@ -139,7 +139,7 @@ def render(
         "comparisons).\n\n"
         f"The groups, with each class's training samples: {groups(data)}.\n\n"
         "These runs use the runner's training epoch without MLflow "
-        "(`runner.train.multilabel_run.train_multilabel`).\n\n"
+        "(`runner.train.multilabel_loop.train_multilabel`).\n\n"
         + markdown_table(header, rows)
         + f"\n{len(results) * seeds} runs in {seconds:.0f} s on {platform.machine()} "
         f"(torch {torch.__version__}, threads: {torch.get_num_threads()}).\n"

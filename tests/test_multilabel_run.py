@@ -21,14 +21,13 @@ from runner.train.feed import Feed
 from runner.train.fit import train_epoch
 from runner.train.losses import ClassWeightedLoss
 from runner.train.multilabel_evaluation import choose_precision_threshold
+from runner.train.multilabel_loop import EpochRecord, train_multilabel
 from runner.train.multilabel_losses import DistributionBalancedLoss, MultiLabelBCE
 from runner.train.multilabel_run import (
-    EpochRecord,
     evaluate_rare_positives,
     multilabel_sampling_metrics,
     positive_class,
     probabilities,
-    train_multilabel,
 )
 from runner.train.state import build_state
 from samplers import (

@@ -24,6 +24,7 @@ from runner.data.multilabel_files import finish_multilabel, held_out
 from runner.data.samples import ReadImage, Samples, check_finite
 from runner.data.types import Augment, Feeding, LongTailData
 from runner.data.yours import check_labels, check_present, check_sample, finish, stratified_split
+from runner.extras import require
 
 MULTILABEL_CUT_ONLY = {"imbalance_factor": None, "n_max": None, "val_per_class": 0}
 
@@ -43,6 +44,7 @@ class ColumnItems:
 
 def _splits(path: str, split: str, test_split: str | None) -> tuple[Any, Any | None]:
     """The training split and the test split (None: hold one out) of the saved dataset."""
+    require("datasets", "hf", "data=hf")
     from datasets import Dataset, DatasetDict, load_from_disk
 
     where = f"data.path={path!r}"

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from runner.data.multilabel import MultiLabelData
 from runner.train.feed import Feed
 from runner.train.multilabel_evaluation import (
     BinaryEvaluation,
@@ -25,8 +24,6 @@ from runner.train.multilabel_evaluation import (
     evaluate_binary,
     evaluate_multilabel,
 )
-from runner.train.settings import TrainerConfig
-from runner.train.state import build_state
 from samplers import Sampler, multilabel_sampling_stats
 
 
@@ -150,49 +147,3 @@ def evaluate_rare_positives(
     scores = probabilities(model, test[0], batch_size, multi_label=False)[:, positive]
     tested = evaluate_binary(scores, test[1] == positive, target_precision, threshold)
     return RarePositives(tested, validation)
-
-
-@dataclass
-class EpochRecord:
-    """What one epoch of :func:`train_multilabel` produced."""
-
-    mean_loss: float
-    sampling: dict[str, float]
-    shares: np.ndarray
-    scores: MultiLabelEpoch
-
-
-def train_multilabel(
-    data: MultiLabelData,
-    model: torch.nn.Module,
-    sampler: Sampler,
-    loss: torch.nn.Module,
-    trainer: TrainerConfig,
-    seed: int,
-    shots: tuple[int, int] = (100, 20),
-) -> list[EpochRecord]:
-    """Train ``model`` on ``data`` for ``trainer.epochs`` with the runner's epoch
-    (:func:`runner.train.fit.train_epoch`: the sampler's order, its optimiser and schedule) on
-    the CPU, recording each epoch's drawn shares and evaluation; no tracking. The runner's
-    loop does the same with MLflow once it takes multi-label data."""
-    from runner.train.fit import train_epoch  # the loop imports this module
-
-    device = torch.device("cpu")
-    state = build_state(model, sampler, trainer, seed)
-    train_x = Feed(data.train_x, device, data.normalize)
-    test = (Feed(data.test_x, device, data.normalize), data.test_y)
-    val = None
-    if data.val_x is not None and data.val_y is not None:
-        val = (Feed(data.val_x, device, data.normalize), data.val_y)
-    counts = data.train_counts.numpy()
-    records = []
-    for _ in range(trainer.epochs):
-        result = train_epoch(state, train_x, data.train_y, loss, trainer.batch_size, None)
-        sampling, shares, _ = multilabel_sampling_metrics(
-            sampler, result.delivered, data.class_names
-        )
-        scored = evaluate_epoch(
-            model, test, val, counts, data.class_names, trainer.eval_batch_size, shots
-        )
-        records.append(EpochRecord(result.mean_loss, sampling, shares, scored))
-    return records
