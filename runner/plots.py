@@ -81,3 +81,34 @@ def sampled_shares_figure(
     ax.set_title(f"{name}class shares drawn (solid) vs intended (dashed)")
     ax.legend(loc="center left", bbox_to_anchor=(1, 0.5), fontsize=8)
     return fig
+
+
+def precision_recall_figure(
+    precision: np.ndarray,
+    recall: np.ndarray,
+    average_precision: float,
+    chosen: tuple[float, float, float] | None,
+    title: str = "",
+) -> Figure:
+    """The test split's precision-recall curve (one point per distinct score, as a step), its
+    average precision, and ``chosen``: (threshold, precision, recall) at the threshold chosen
+    on the validation split, marked."""
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    ax.step(recall, precision, where="post", label=f"test (AP {average_precision:.3f})")
+    if chosen is not None:
+        threshold, at_precision, at_recall = chosen
+        ax.plot(
+            [at_recall],
+            [at_precision],
+            "o",
+            color="C3",
+            label=f"threshold {threshold:.3f} (chosen on validation)",
+        )
+    ax.set_xlim(0, 1.01)
+    ax.set_ylim(0, 1.01)
+    ax.set_xlabel("recall")
+    ax.set_ylabel("precision")
+    ax.legend(loc="lower left")
+    ax.set_title(f"{title}: precision-recall, rare class" if title else "Precision-recall")
+    fig.tight_layout()
+    return fig

@@ -14,9 +14,12 @@ from omegaconf import DictConfig
 from runner.distributed import is_main
 from runner.models import FeatureClassifier, Predictor
 from runner.train.evaluation import Evaluation
+from runner.train.feed import Feed
+from runner.train.multilabel_run import positive_class, probabilities
+from runner.train.ranking import curve
 from runner.train.recorder import class_table, per_class_as_table
 from runner.train.run import Parts, Progress, RunContext
-from runner.train.state import total_epochs
+from runner.train.state import autocast, total_epochs
 
 RESULT_PREFIXES = ("final/", "val/", "test/", "cost/")
 
@@ -41,6 +44,8 @@ def _figures(parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
         makers["per_class_accuracy.png"] = lambda: plots.per_class_accuracy_figure(
             final.recall, counts, names, title
         )
+    if progress.latest_rare:  # binary data: the rare class's precision-recall curve
+        makers["precision_recall.png"] = lambda: _precision_recall(parts, progress, title)
     figures = {}
     for name, make in makers.items():
         try:
@@ -48,6 +53,33 @@ def _figures(parts: Parts, progress: Progress, title: str) -> dict[str, Any]:
         except Exception as error:  # a figure is never a reason to lose a run
             warnings.warn(f"figure {name} skipped: {type(error).__name__}: {error}", stacklevel=1)
     return figures
+
+
+def _precision_recall(parts: Parts, progress: Progress, title: str) -> Any:
+    """The test split's precision-recall curve of the rare class, from the model as it ends, with
+    the threshold chosen on the validation split where there is one."""
+    from runner import plots
+
+    data = parts.data
+    positive = positive_class(data.train_counts)
+    test_x = Feed(data.test_x, parts.device, data.normalize, data.feeding.num_workers)
+    with autocast(parts.device):
+        scores = probabilities(
+            parts.state.model, test_x, parts.trainer.eval_batch_size, multi_label=False
+        )[:, positive : positive + 1]
+    targets = (data.test_y == positive).reshape(-1, 1).to(scores.device)
+    counted = curve(scores, targets)
+    kept = counted.kept[:, 0]
+    tp, fp = counted.tp[kept, 0], counted.fp[kept, 0]
+    precision = torch.cat([tp.new_ones(1), tp / (tp + fp)]).cpu().numpy()
+    recall = torch.cat([tp.new_zeros(1), tp / counted.positives[0]]).cpu().numpy()
+    rare = progress.latest_rare
+    chosen = None
+    if "test/threshold" in rare and np.isfinite(rare["test/threshold"]):
+        chosen = (rare["test/threshold"], rare["test/precision"], rare["test/recall"])
+    return plots.precision_recall_figure(
+        precision, recall, rare["test/average_precision"], chosen, title
+    )
 
 
 def record_results(run: RunContext, forked: int = 0) -> dict[str, float]:

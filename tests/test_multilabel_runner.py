@@ -6,6 +6,7 @@ optimising sweeper refuses an objective the data do not report."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -87,8 +88,11 @@ def test_a_binary_95_5_run_records_ap_roc_auc_and_the_validation_threshold(
             f"tracking.uri={tracking_uri}",
         ]
     )
-    results = run(cfg)
-    metrics, _ = only_run(tracking_uri)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="figure .* skipped")  # else only a warning
+        results = run(cfg)
+    metrics, files = only_run(tracking_uri)
+    assert "precision_recall.png" in files
     assert metrics["data/train_count/class_1"] == 50
     for key in ("test/average_precision", "test/roc_auc", "test/threshold", "test/recall"):
         assert math.isfinite(metrics[key]), key
