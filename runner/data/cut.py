@@ -181,22 +181,22 @@ class LongTailCut:
             )
         keep = long_tail_subset(train_y, counts, self.data_seed)
         return LongTailData(
-            train_x=_tensor(train_x[keep]),
+            train_x=as_tensor(train_x[keep]),
             train_y=torch.as_tensor(train_y[keep]).long(),
-            test_x=_tensor(test_x),
+            test_x=as_tensor(test_x),
             test_y=torch.as_tensor(test_y).long(),
             class_names=class_names,
             name=name,
             imbalance_factor=imbalance_factor,
             augment=augment,
-            val_x=_tensor(val_x) if val_x is not None else None,
+            val_x=as_tensor(val_x) if val_x is not None else None,
             val_y=torch.as_tensor(val_y).long() if val_y is not None else None,
             normalize=normalize,
             feeding=feeding or Feeding(),
         )
 
 
-def _tensor(x: Any) -> Any:
+def as_tensor(x: Any) -> Any:
     """numpy arrays become tensors; tensors and Samples stay as they are."""
     return torch.as_tensor(x) if isinstance(x, np.ndarray) else x
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from runner.data.cut import VALIDATION_SEED, shared_source
+from runner.data.cut import VALIDATION_SEED, as_tensor, shared_source
 from runner.data.stratify import iterative_split
 from runner.data.types import Augment, Feeding, LongTailData, Normalize
 
@@ -133,23 +133,19 @@ class MultiLabelCut:
                 )
         counts = train_y.sum(0)
         return MultiLabelData(
-            train_x=_tensor(train_x),
+            train_x=as_tensor(train_x),
             train_y=torch.from_numpy(train_y),
-            test_x=_tensor(test_x),
+            test_x=as_tensor(test_x),
             test_y=torch.from_numpy(test_y),
             class_names=class_names,
             name=name,
             imbalance_factor=float(counts.max() / counts.min()),
             augment=augment,
-            val_x=_tensor(val_x) if val_x is not None else None,
+            val_x=as_tensor(val_x) if val_x is not None else None,
             val_y=torch.from_numpy(val_y) if val_y is not None else None,
             normalize=normalize,
             feeding=feeding or Feeding(),
         )
-
-
-def _tensor(x: Any) -> Any:
-    return torch.from_numpy(x) if isinstance(x, np.ndarray) else x
 
 
 def multilabel_source(

@@ -34,7 +34,7 @@ from runner.train.multilabel_run import (
     positive_class,
 )
 from runner.train.post_hoc import choose_post_hoc
-from runner.train.recorder import class_table, per_class_as_table
+from runner.train.recorder import class_table, per_class_as_table, sampling_keys
 from runner.train.run import Parts, RunContext, Scored
 from runner.train.stages import PostHocChoice, PostHocStage, stage_for
 from runner.train.state import (
@@ -173,20 +173,7 @@ def sampling_metrics(
     one key per class (the shares are returned either way)."""
     target = sampler.target_class_shares()
     stats = sampling_stats(delivered, sampler.labels, target, sampler.num_classes)
-    metrics: dict[str, float] = {}
-    if per_class:
-        for n, s, t in zip(class_names, stats.shares, target, strict=True):
-            metrics[f"sampling/share/{n}"] = float(s)
-            metrics[f"sampling/target/{n}"] = float(t)
-    metrics.update(
-        {
-            "sampling/unique_ratio": stats.unique_ratio,
-            "sampling/max_repeats": stats.max_repeats,
-            "sampling/never_drawn": stats.never_drawn,
-            "sampling/kl_to_target": stats.kl_to_target,
-            "sampling/imbalance_ratio": stats.imbalance_ratio,
-        }
-    )
+    metrics = sampling_keys(stats, target, class_names, per_class)
     return metrics, stats.shares.numpy(), target.numpy()
 
 

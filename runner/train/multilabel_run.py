@@ -24,6 +24,7 @@ from runner.train.multilabel_evaluation import (
     evaluate_binary,
     evaluate_multilabel,
 )
+from runner.train.recorder import sampling_keys
 from samplers import Sampler, multilabel_sampling_stats
 
 
@@ -53,21 +54,8 @@ def multilabel_sampling_metrics(
     single-label run's, and ``sampling/labels_per_draw``."""
     target = sampler.target_class_shares()
     stats = multilabel_sampling_stats(delivered, sampler.labels, target)
-    metrics: dict[str, float] = {}
-    if per_class:
-        for name, share, intended in zip(class_names, stats.shares, target, strict=True):
-            metrics[f"sampling/share/{name}"] = float(share)
-            metrics[f"sampling/target/{name}"] = float(intended)
-    metrics.update(
-        {
-            "sampling/unique_ratio": stats.unique_ratio,
-            "sampling/max_repeats": float(stats.max_repeats),
-            "sampling/never_drawn": stats.never_drawn,
-            "sampling/kl_to_target": stats.kl_to_target,
-            "sampling/imbalance_ratio": stats.imbalance_ratio,
-            "sampling/labels_per_draw": stats.labels_per_draw,
-        }
-    )
+    metrics = sampling_keys(stats, target, class_names, per_class)
+    metrics["sampling/labels_per_draw"] = stats.labels_per_draw
     return metrics, stats.shares.numpy(), target.numpy()
 
 

@@ -82,3 +82,26 @@ def read_class_table(payload: dict[str, Any]) -> dict[str, dict[str, float]]:
         for name in out:
             out[name][str(row[at["class"]])] = float(row[at[name]])
     return out
+
+
+def sampling_keys(
+    stats: Any, target: torch.Tensor, class_names: list[str], per_class: bool
+) -> dict[str, float]:
+    """The ``sampling/*`` metrics of an epoch's draw (``stats``: samplers' sampling statistics,
+    single- or multi-label) against the ``target`` shares, one key per class when
+    ``per_class``."""
+    metrics: dict[str, float] = {}
+    if per_class:
+        for name, share, intended in zip(class_names, stats.shares, target, strict=True):
+            metrics[f"sampling/share/{name}"] = float(share)
+            metrics[f"sampling/target/{name}"] = float(intended)
+    metrics.update(
+        {
+            "sampling/unique_ratio": stats.unique_ratio,
+            "sampling/max_repeats": float(stats.max_repeats),
+            "sampling/never_drawn": stats.never_drawn,
+            "sampling/kl_to_target": stats.kl_to_target,
+            "sampling/imbalance_ratio": stats.imbalance_ratio,
+        }
+    )
+    return metrics
