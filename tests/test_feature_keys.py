@@ -182,8 +182,8 @@ def test_a_dataset_that_reads_differently_every_time_is_not_cached(tmp_path, cap
     frozen(tmp_path / "cache", *FEED, dataset=pixels(1, jitter=True))
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("features: train: not cached: the data gave other inputs")
-    assert lines[-1].startswith("features: computed ") and lines[-1].endswith("(not cached)")
-    assert not list((tmp_path / "cache").glob("*.pt"))
+    assert lines[-1].startswith("features: computed ") and lines[-1].endswith("; not cached)")
+    assert not list((tmp_path / "cache").glob("**/*.pt"))
 
 
 NET = """
@@ -309,4 +309,4 @@ def test_a_backbone_whose_code_cannot_be_read_is_not_cached(tmp_path, monkeypatc
     )
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("features: not cached: the source of fileless_net.Net ")
-    assert lines[1].endswith("(not cached)") and not (tmp_path / "cache").exists()
+    assert lines[1].endswith("; not cached)") and not (tmp_path / "cache").exists()

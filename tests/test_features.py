@@ -1,5 +1,5 @@
-"""Frozen backbones (``model.freeze=true``): features computed once into the cache and reused,
-damaged or stale entries computed again, jobs taking turns, the backbone never trained."""
+"""Frozen backbones (``model.freeze=true``): features computed once into the bank and reused,
+damaged or foreign shards computed again, jobs taking turns, the backbone never trained."""
 
 from __future__ import annotations
 
@@ -68,6 +68,11 @@ class ForwardCount:
         self.handle.remove()
 
 
+def shards(cache: Path) -> list[Path]:
+    """The shard files of every feature bank under ``cache``."""
+    return sorted(cache.glob("*/shard-*.pt"))
+
+
 def test_features_are_computed_once_then_reused_without_a_forward_pass(tmp_path, capsys):
     cfg = frozen_config(tmp_path)
     data = digits(cfg)
@@ -79,14 +84,15 @@ def test_features_are_computed_once_then_reused_without_a_forward_pass(tmp_path,
     assert first.calls > 0 and frozen is not None
     assert swapped.train_x.shape == (len(data.train_x), 32) and swapped.normalize is None
     assert isinstance(model, FeatureClassifier) and isinstance(model.features, nn.Identity)
-    assert sorted(p.name.split("-")[1] for p in tmp_path.glob("*.pt")) == ["test", "train"]
+    assert len(shards(tmp_path)) == 2  # one shard per split computed: train and test
+    (bank,) = {p.parent for p in shards(tmp_path)}
+    assert bank.name.startswith("SmallCNN-") and line.endswith(f"(of {total}; {bank})")
 
     with ForwardCount() as second:
         _, again, _ = freeze(backbone_model(cfg, data), data, cfg, CPU)
-    files = sorted(str(p) for p in tmp_path.glob("*.pt"))
     line = capsys.readouterr().out.strip()
-    assert line.startswith("features: reused ") and sorted(line[17:].split(", ")) == files
-    assert second.calls == 0
+    assert line == f"features: reused {total} rows (of {total}; {bank})"
+    assert second.calls == 0 and len(shards(tmp_path)) == 2
     assert torch.equal(again.train_x, swapped.train_x) and torch.equal(again.test_x, swapped.test_x)
     # The head on cached features predicts as the whole model on the images.
     logged = frozen.model_for(model).eval()
@@ -102,7 +108,7 @@ def test_the_default_cache_is_the_users_cache_folder_not_the_source_tree(user_ca
     assert cfg.features.cache_dir is None
     data = digits(cfg)
     freeze(backbone_model(cfg, data), data, cfg, CPU)
-    assert len(list((user_cache / "features").glob("*.pt"))) == 2  # train and test
+    assert len(shards(user_cache / "features")) == 2  # train and test
 
 
 def test_a_config_with_hydras_own_keys_unresolvable_outside_a_job_is_frozen_too(tmp_path):
@@ -118,10 +124,10 @@ def test_a_config_with_hydras_own_keys_unresolvable_outside_a_job_is_frozen_too(
         )
     data = digits(cfg)
     freeze(backbone_model(cfg, data), data, cfg, CPU)
-    assert len(list(tmp_path.glob("*.pt"))) == 2  # train and test: digits_lt has no val here
+    assert len(shards(tmp_path)) == 2  # train and test: digits_lt has no val here
 
 
-def test_another_backbone_or_other_weights_get_their_own_entries(tmp_path, capsys):
+def test_another_backbone_or_other_weights_get_their_own_banks(tmp_path, capsys):
     cfg = frozen_config(tmp_path)
     data = digits(cfg)
     for other in ([], ["seed=1"], ["model.width=16"], ["model.head=cosine"]):
@@ -131,60 +137,72 @@ def test_another_backbone_or_other_weights_get_their_own_entries(tmp_path, capsy
     assert [line.split()[1] for line in lines] == ["computed", "computed", "computed", "reused"], (
         lines
     )
-    assert len(list(tmp_path.glob("*.pt"))) == 6
+    assert len({p.parent for p in shards(tmp_path)}) == 3 and len(shards(tmp_path)) == 6
 
 
-def test_a_truncated_entry_is_computed_again_with_one_line(tmp_path, capsys):
+def test_a_truncated_shard_is_computed_again_with_one_line(tmp_path, capsys):
     cfg = frozen_config(tmp_path)
     data = digits(cfg)
     _, first, _ = freeze(backbone_model(cfg, data), data, cfg, CPU)
-    (train,) = tmp_path.glob("digits_lt-train-*.pt")
+    train = shard_of(tmp_path, len(data.train_x))
     train.write_bytes(train.read_bytes()[:1000])
     capsys.readouterr()
     _, again, _ = freeze(backbone_model(cfg, data), data, cfg, CPU)
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == f"features: {train} is unreadable (RuntimeError); computing it again"
+    assert lines[0] == (
+        f"features: {train} is unreadable (RuntimeError); its rows are computed again"
+    )
     assert lines[1].startswith(f"features: computed {len(data.train_x)} x 32 from SmallCNN")
-    assert "reused" in lines[1] and len(lines) == 2
+    assert f"; reused {len(data.test_x)} rows" in lines[1] and len(lines) == 2
     assert torch.equal(again.train_x, first.train_x)
     assert torch.load(train, weights_only=True)["features"].shape == first.train_x.shape
 
 
-def test_a_stale_or_tampered_entry_is_computed_again_with_one_line(tmp_path, capsys):
+def shard_of(cache: Path, rows: int) -> Path:
+    """The one shard under ``cache`` holding ``rows`` rows."""
+    (found,) = [
+        p for p in shards(cache) if len(torch.load(p, weights_only=True)["features"]) == rows
+    ]
+    return found
+
+
+def test_a_tampered_or_foreign_shard_is_computed_again_with_one_line(tmp_path, capsys):
     cfg = frozen_config(tmp_path)
     data = digits(cfg)
     _, first, _ = freeze(backbone_model(cfg, data), data, cfg, CPU)
-    (train,) = tmp_path.glob("digits_lt-train-*.pt")
-    (test,) = tmp_path.glob("digits_lt-test-*.pt")
+    train, test = shard_of(tmp_path, len(data.train_x)), shard_of(tmp_path, len(data.test_x))
     entry = torch.load(train, weights_only=True)
-    test.write_bytes(train.read_bytes())  # a whole entry of other content under the test's name
     entry["features"] = entry["features"] + 1.0  # other values, the old checksum
     torch.save(entry, train)
+    foreign = torch.load(test, weights_only=True)
+    foreign["key"] = "0" * 64  # a whole shard of another backbone in this bank
+    torch.save(foreign, test)
     capsys.readouterr()
     _, again, _ = freeze(backbone_model(cfg, data), data, cfg, CPU)
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == f"features: {train} fails its checksum (corrupt); computing it again"
-    assert lines[1] == (
-        f"features: {test} holds the features of other data or another backbone (stale); "
-        "computing it again"
-    )
+    problems = {
+        train: "fails its checksum (corrupt)",
+        test: "is not a shard of this backbone and format",
+    }
+    expected = [f"features: {p} {why}; its rows are computed again" for p, why in problems.items()]
+    assert sorted(lines[:2]) == sorted(expected)
     assert lines[2].startswith("features: computed ") and len(lines) == 3
     assert torch.equal(again.train_x, first.train_x) and torch.equal(again.test_x, first.test_x)
 
 
 def test_a_second_job_waits_for_the_first_and_reuses_its_features(tmp_path, capsys):
-    """Two jobs of a sweep at once: the second waits on the lock rather than computing."""
+    """Two jobs of a sweep at once: the second waits on the bank's lock rather than computing."""
     cfg = frozen_config(tmp_path)
     data = digits(cfg)
     freeze(backbone_model(cfg, data), data, cfg, CPU)
-    (train,) = tmp_path.glob("digits_lt-train-*.pt")
+    train = shard_of(tmp_path, len(data.train_x))
     saved = train.read_bytes()
     train.unlink()
     capsys.readouterr()
     holding, done = threading.Event(), []
 
-    def first_job() -> None:  # holds the turn while "computing", then writes the file
-        with turn(train.with_name(f".{train.name}.lock"), 60, "features.cache_dir", "x", print):
+    def first_job() -> None:  # holds the turn while "computing", then writes the shard
+        with turn(train.parent / ".lock", 60, "features.cache_dir", "x", print):
             holding.set()
             time.sleep(1.0)
             train.write_bytes(saved)
@@ -197,7 +215,7 @@ def test_a_second_job_waits_for_the_first_and_reuses_its_features(tmp_path, caps
         done.append(train.is_file())
     worker.join(10)
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == f"features {train.name}: another job is computing it; waiting for it"
+    assert lines[0] == f"features {train.parent.name}: another job is computing it; waiting for it"
     assert lines[1].startswith("features: reused ") and second.calls == 0 and done == [True]
 
 

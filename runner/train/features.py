@@ -2,18 +2,18 @@
 only the head (``model.classifier``) trains.
 
 Without augmentation a frozen backbone maps every sample to the same feature vector in every
-epoch, so :func:`freeze_backbone` computes each split's features once and the run trains the head
-on them: the loop, the sampler and the evaluation see ``(N, D)`` float features and a model that
-is the head alone. The features are cached in ``features.cache_dir``, one file per split, named and
-keyed by a digest of what they depend on (:func:`cache_key`): every input batch as the backbone
-is fed it (:func:`input_digest`: decoded, transformed, converted; hashed again while extracting,
-and not cached when the two readings differ), and the backbone's config, weights, structure and
-code and the precision (:func:`backbone_identity`). A file holds its key and
-a checksum of its features; it is written to a temporary file and renamed, so a reader finds a
-whole file or none, and one that cannot be read, is damaged or holds another key is computed
-again (one line says why). Jobs of a sweep that need the same file take turns through a lock
-file (the wait is bounded: after :data:`LOCK_WAIT_S` a job computes the features itself), so the
-second job reuses what the first computed.
+epoch, so :func:`freeze_backbone` computes each sample's features once and the run trains the
+head on them: the loop, the sampler and the evaluation see ``(N, D)`` float features and a model
+that is the head alone. The features are kept per input row in a bank in
+``features.cache_dir`` (:mod:`runner.train.feature_bank`): a bank per backbone identity
+(:func:`backbone_identity`: its config, weights, structure and code, and the precision; filed
+under :func:`cache_key`), a row per input as the backbone is fed it (decoded, transformed,
+converted; its dtype, shape and bytes digested). A split looks up each row's digest and computes
+only the rows the bank lacks, so every cut of the same images (another imbalance factor,
+validation size, seed) reuses them. The rows computed are hashed again while extracting and not
+stored when the two readings differ. Jobs of a sweep take turns on the bank through a lock file
+(the wait is bounded: after :data:`LOCK_WAIT_S` without progress a job computes the features
+itself), so the second job reuses what the first computed.
 
 With augmentation on (``trainer.augment=true`` on data that augments) every batch is new, so the
 features are not cacheable: the backbone stays in the model, frozen, and runs on every batch.
@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,21 +35,21 @@ from torch import nn
 
 from runner.data import LongTailData
 from runner.distributed import is_main
-from runner.errors import UserError
-from runner.files import write_atomically
-from runner.locks import turn
+from runner.locks import beat, turn
 from runner.models import FeatureClassifier
 from runner.models.backbones import FrozenBackbone
 from runner.models.source import UnreadableCode, code_digest
+from runner.train.feature_bank import FeatureBank, bank_folder, row_digests
 from runner.train.feed import Feed
+from runner.train.heap import kept_heap
 from runner.train.settings import MODEL_RUNNER_KEYS
 from runner.train.state import autocast
 
-# Of the cache files (3: keyed by the inputs fed); a file of another format is computed again.
-# Bump it whenever what extract() computes for the same key changes: the file layout, and also
-# how the features are computed (channels-last, autocast, the batch size's effect on the
-# numbers), since the key names the inputs and the backbone, not the way they are run.
-FORMAT = 3
+# Of the feature banks (4: a row per input, shared by every split; 3 was a file per split,
+# no longer read). Bump it whenever what extract() computes for the same key changes: the
+# layout, and also how the features are computed (channels-last, autocast, anything that
+# changes a row's numbers), since the key names the backbone, not the way it is run.
+FORMAT = 4
 EXTRACT_BATCH = 256  # samples per backbone forward pass while computing features
 LOCK_WAIT_S = 1800.0  # the longest a job waits for another computing the same features
 SPLITS = ("train", "val", "test")
@@ -109,36 +108,29 @@ def freeze_backbone(
         )
         return FeatureClassifier(FrozenBackbone(backbone), head, dim), data, None
     backbone = backbone.to(device).requires_grad_(False).eval()
+    feeds = {
+        split: Feed(x, device, data.normalize, data.feeding.num_workers)
+        for split in SPLITS
+        if (x := getattr(data, f"{split}_x")) is not None
+    }
+    name = backbone_name(model_cfg)
     identity = backbone_identity(backbone, model_cfg, device)
-    computed: list[tuple[Path | None, torch.Tensor, float]] = []
-    reused: list[Path] = []
-    features: dict[str, torch.Tensor] = {}
-    for split in SPLITS:
-        x = getattr(data, f"{split}_x")
-        if x is None:
-            continue
-        feed = Feed(x, device, data.normalize, data.feeding.num_workers)
-        if identity is None:  # nothing would tell an edit of the backbone's code: no cache
-            features[split], _, seconds = _timed_extract(backbone, feed)
-            computed.append((None, features[split], seconds))
-            continue
-        key = cache_key(input_digest(feed), identity)
-        path = folder / f"{data.name}-{split}-{key[:20]}.pt"
-        lock = path.with_name(f".{path.name}.lock")
-        with turn(lock, LOCK_WAIT_S, "features.cache_dir", f"features {path.name}", _say):
-            cached = read_entry(path, key, len(feed))
-            if cached is not None:
-                features[split] = cached
-                reused.append(path)
-                continue
-            features[split], fed, seconds = _timed_extract(backbone, feed)
-            kept = path if cache_key(fed, identity) == key else None
-            if kept is not None:
-                write_entry(kept, key, features[split])
-            else:
-                _say(_unstable(split))
-            computed.append((kept, features[split], seconds))
-    _say(_report(computed, reused, backbone_name(model_cfg)))
+    tally = Tally(name)
+    if identity is None:  # nothing would tell an edit of the backbone's code: no cache
+        features = {s: tally.computed(*_timed_extract(backbone, f)) for s, f in feeds.items()}
+    else:
+        key = cache_key(identity)
+        bank = FeatureBank(bank_folder(folder, name, key), key, _say)
+        digests = {split: feed_digests(feed) for split, feed in feeds.items()}
+        with turn(
+            bank.lock, LOCK_WAIT_S, "features.cache_dir", f"features {bank.folder.name}", _say
+        ):
+            bank.load()
+            features = {
+                split: _banked(backbone, feed, digests[split], bank, tally, split)
+                for split, feed in feeds.items()
+            }
+    _say(tally.line())
     swapped = dataclasses.replace(
         data,
         train_x=features["train"],
@@ -148,6 +140,38 @@ def freeze_backbone(
         augment=None,
     )
     return FeatureClassifier(nn.Identity(), head, dim), swapped, FrozenInputs(backbone, data)
+
+
+def _banked(
+    backbone: nn.Module,
+    feed: Feed,
+    digests: list[bytes],
+    bank: FeatureBank,
+    tally: Tally,
+    split: str,
+) -> torch.Tensor:
+    """The features of every row of ``feed`` (whose rows have ``digests``): those ``bank``
+    holds, the others computed and stored, unless a row's second reading differs (one line)."""
+    found, rows = bank.find(digests)
+    tally.reused(len(found), bank.folder)
+    missing = torch.ones(len(digests), dtype=torch.bool)
+    missing[found] = False
+    order = missing.nonzero().flatten()
+    computed = torch.empty(0, 0)
+    if len(order):
+        computed, reread, seconds = _timed_extract(backbone, feed, order, lambda: beat(bank.lock))
+        stable = [i for i, d in enumerate(reread) if d == digests[order[i]]]
+        bank.store([reread[i] for i in stable], computed[stable])
+        if len(stable) < len(order):
+            _say(_unstable(split))
+        tally.computed(computed, reread, seconds, bank.folder if stable else None)
+    width = rows[0].shape[0] if rows else computed.shape[1]
+    out = torch.empty(len(digests), width)
+    if rows:
+        out[found] = torch.stack(rows)
+    if len(order):
+        out[order] = computed
+    return out
 
 
 def backbone_identity(
@@ -172,11 +196,16 @@ def backbone_identity(
     }
 
 
-def _timed_extract(backbone: nn.Module, feed: Feed) -> tuple[torch.Tensor, str, float]:
+def _timed_extract(
+    backbone: nn.Module,
+    feed: Feed,
+    order: torch.Tensor | None = None,
+    on_batch: Callable[[], None] = lambda: None,
+) -> tuple[torch.Tensor, list[bytes], float]:
     """:func:`extract`, and the seconds it took."""
     started = time.perf_counter()
-    features, fed = extract(backbone, feed)
-    return features, fed, time.perf_counter() - started
+    features, digests = extract(backbone, feed, order, on_batch)
+    return features, digests, time.perf_counter() - started
 
 
 def _unstable(split: str) -> str:
@@ -187,20 +216,51 @@ def _unstable(split: str) -> str:
     )
 
 
-def _report(
-    computed: list[tuple[Path | None, torch.Tensor, float]], reused: list[Path], name: str
-) -> str:
-    """The run's one line about its features (a computed split not written has no file)."""
-    parts = []
-    if computed:
-        n = sum(len(f) for _, f, _ in computed)
-        dim = computed[0][1].shape[1]
-        seconds = sum(s for _, _, s in computed)
-        files = ", ".join(str(p) for p, _, _ in computed if p is not None) or "not cached"
-        parts.append(f"computed {n} x {dim} from {name} in {seconds:.1f} s ({files})")
-    if reused:
-        parts.append("reused " + ", ".join(str(p) for p in reused))
-    return "features: " + "; ".join(parts)
+class Tally:
+    """The rows a run computed and reused, for its one line about its features."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.rows = {"computed": 0, "reused": 0}
+        self.width = 0
+        self.seconds = 0.0
+        self.banks: set[Path] = set()
+
+    def reused(self, rows: int, bank: Path) -> None:
+        self.rows["reused"] += rows
+        if rows:
+            self.banks.add(bank)
+
+    def computed(
+        self,
+        features: torch.Tensor,
+        digests: list[bytes],
+        seconds: float,
+        bank: Path | None = None,
+    ) -> torch.Tensor:
+        """Count ``features`` (of the rows ``digests``), computed in ``seconds``, stored in
+        ``bank`` (None: not stored); returns them."""
+        if len(digests):
+            self.rows["computed"] += len(digests)
+            self.width = features.shape[1]
+            self.seconds += seconds
+        if bank is not None:
+            self.banks.add(bank)
+        return features
+
+    def line(self) -> str:
+        """``features: computed N x D from NAME in S s; reused M rows (of T; in BANK)``, the
+        parts that apply."""
+        computed, reused = self.rows["computed"], self.rows["reused"]
+        parts = []
+        if computed:
+            parts.append(
+                f"computed {computed} x {self.width} from {self.name} in {self.seconds:.1f} s"
+            )
+        if reused or not computed:
+            parts.append(f"reused {reused} rows")
+        where = ", ".join(str(b) for b in sorted(self.banks)) or "not cached"
+        return f"features: {'; '.join(parts)} (of {computed + reused}; {where})"
 
 
 def _say(line: str) -> None:
@@ -218,106 +278,53 @@ def weights_digest(module: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def cache_key(inputs: str, identity: dict[str, Any]) -> str:
-    """The digest a split's cached features are filed under and checked against: the digest of
-    the inputs the backbone is fed (:func:`input_digest`) and the backbone's identity
-    (:func:`backbone_identity`)."""
-    facts = {"format": FORMAT, "inputs": inputs, **identity}
+def cache_key(identity: dict[str, Any]) -> str:
+    """The digest a backbone's feature bank is filed under and its shards are checked against:
+    the backbone's identity (:func:`backbone_identity`) and :data:`FORMAT`."""
+    facts = {"format": FORMAT, **identity}
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-class InputHash:
-    """A digest of the batches a backbone is fed, in order: each one's dtype, shape and bytes
-    (as on the CPU), every item of every batch."""
-
-    def __init__(self) -> None:
-        self._digest = hashlib.sha256()  # sha256: the fastest hashlib digest on x86 (SHA-NI)
-
-    def add(self, batch: torch.Tensor) -> None:
-        values = batch.detach().cpu().contiguous()
-        self._digest.update(f"{values.dtype}{tuple(values.shape)}".encode())
-        self._digest.update(values.reshape(-1).view(torch.uint8).numpy().data)
-
-    def hexdigest(self) -> str:
-        return self._digest.hexdigest()
-
-
-def input_digest(feed: Feed) -> str:
-    """The digest of every input ``feed`` gives the backbone, read and converted as
+def feed_digests(feed: Feed) -> list[bytes]:
+    """The :func:`row_digests` of every input ``feed`` gives the backbone, read and converted as
     :func:`extract` reads them (decoding and the dataset's transform included, no forward
-    pass): what the features are a function of."""
-    hashed = InputHash()
+    pass): what each row's features are a function of."""
+    digests: list[bytes] = []
     for batch in feed.batches(torch.arange(len(feed)), EXTRACT_BATCH):
-        hashed.add(batch)
-    return hashed.hexdigest()
+        digests += row_digests(batch)
+    return digests
 
 
-def extract(backbone: nn.Module, feed: Feed) -> tuple[torch.Tensor, str]:
-    """``backbone``'s features of every sample ``feed`` gives (converted as a training batch
-    is), in order, as float32 on the CPU; and the :func:`input_digest` of what it was fed."""
-    chunks = []
-    hashed = InputHash()
+def extract(
+    backbone: nn.Module,
+    feed: Feed,
+    order: torch.Tensor | None = None,
+    on_batch: Callable[[], None] = lambda: None,
+) -> tuple[torch.Tensor, list[bytes]]:
+    """``backbone``'s features of the rows ``order`` (default: all) of ``feed`` (converted as a
+    training batch is), in that order, as float32 on the CPU; and the :func:`row_digests` of
+    what it was fed. ``on_batch`` runs after each batch (a lock's beat). Large allocations are
+    kept between batches (:func:`runner.train.heap.kept_heap`): the same numbers, fewer page
+    faults."""
+    order = torch.arange(len(feed)) if order is None else order
+    chunks, digests = [], []
     # Images in channels-last order: convolutions on the CPU run about 1.7x faster so
     # (EfficientNet-Lite0 at 224 pixels); the backbone goes back to the default order after.
     channels_last = False
     try:
-        with torch.inference_mode(), autocast(feed.device):
-            for batch in feed.batches(torch.arange(len(feed)), EXTRACT_BATCH):
-                hashed.add(batch)
+        with kept_heap(), torch.inference_mode(), autocast(feed.device):
+            for batch in feed.batches(order, EXTRACT_BATCH):
+                digests += row_digests(batch)
                 if batch.dim() == 4:
                     if not channels_last:
                         backbone.to(memory_format=torch.channels_last)
                         channels_last = True
                     batch = batch.contiguous(memory_format=torch.channels_last)
                 chunks.append(backbone(batch).float().cpu())
+                on_batch()
     finally:
         if channels_last:
             backbone.to(memory_format=torch.contiguous_format)
     # Concatenated outside inference mode: the head trains on a normal tensor (autograd refuses
     # inference tensors).
-    return (torch.cat(chunks) if chunks else torch.empty(0, 0)), hashed.hexdigest()
-
-
-def _checksum(features: torch.Tensor) -> str:
-    return hashlib.blake2b(features.contiguous().numpy().tobytes(), digest_size=16).hexdigest()
-
-
-def read_entry(path: Path, key: str, rows: int) -> torch.Tensor | None:
-    """The features cached at ``path`` when the file is whole and holds ``key``; else None, with
-    one line saying why when there was a file."""
-    if not path.is_file():
-        return None
-    try:
-        entry = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises many kinds for a damaged file
-        _say(f"features: {path} is unreadable ({type(error).__name__}); computing it again")
-        return None
-    problem = None
-    if not isinstance(entry, dict) or entry.get("format") != FORMAT:
-        problem = "is not a feature cache file of this version"
-    elif entry.get("key") != key:
-        problem = "holds the features of other data or another backbone (stale)"
-    elif not torch.is_tensor(entry.get("features")) or entry["features"].shape[:1] != (rows,):
-        problem = f"does not hold {rows} feature vectors"
-    elif _checksum(entry["features"]) != entry.get("checksum"):
-        problem = "fails its checksum (corrupt)"
-    if problem is not None:
-        _say(f"features: {path} {problem}; computing it again")
-        return None
-    features: torch.Tensor = entry["features"]
-    return features
-
-
-def write_entry(path: Path, key: str, features: torch.Tensor) -> None:
-    """Write atomically (temporary file, fsync, rename); a folder that cannot take it is a
-    :class:`UserError` naming ``features.cache_dir``."""
-    entry = {"format": FORMAT, "key": key, "features": features, "checksum": _checksum(features)}
-    buffer = io.BytesIO()
-    torch.save(entry, buffer)
-    try:
-        write_atomically(path, buffer.getbuffer())
-    except OSError as error:
-        raise UserError(
-            f"features.cache_dir: cannot write {path} ({error.strerror or error})\n"
-            "set features.cache_dir=<a writable folder with room for the features>"
-        ) from None
+    return (torch.cat(chunks) if chunks else torch.empty(0, 0)), digests

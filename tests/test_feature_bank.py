@@ -1,0 +1,139 @@
+"""The feature bank holds features per input row: every cut of the same images reuses them, a
+changed image is computed again, and extraction keeps its large allocations between batches
+without changing a number."""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner.build import build, build_model, freeze
+from runner.data import LongTailData
+from runner.train import features as features_module
+from runner.train.features import extract
+from runner.train.feed import Feed, place
+from runner.train.heap import _glibc, kept_heap
+from tests.conftest import compose_config
+
+pytestmark = pytest.mark.unit
+
+CPU = torch.device("cpu")
+SMALL_CNN = ("model=small_cnn", "model.width=8")
+
+
+def frozen_run(cache: Path, *overrides: str) -> tuple[LongTailData, LongTailData]:
+    """The data of ``overrides`` (digits) and the features ``freeze`` makes of it."""
+    cfg = compose_config(
+        [
+            "data=digits_lt",
+            *SMALL_CNN,
+            "model.freeze=true",
+            "trainer.augment=false",
+            f"features.cache_dir={cache}",
+            *overrides,
+        ]
+    )
+    data = place(build("data", cfg.data), CPU)
+    torch.manual_seed(0)
+    net = build_model(cfg.model, data.in_shape, data.num_classes)
+    return data, freeze(net, data, cfg, CPU)[1]
+
+
+def test_another_cut_of_the_same_images_computes_no_features(tmp_path, capsys):
+    """digits without a tail (IF 1) cut with data seeds 0 and 1, and with a validation split
+    of 10 a class, hold nearly every image; other imbalance factors, validation sizes and data
+    seeds cut the same images otherwise and compute none."""
+    for prime in ((), ("data.data_seed=1",), ("data.val_per_class=10",)):
+        frozen_run(tmp_path, "data.imbalance_factor=1", *prime)
+        assert capsys.readouterr().out.startswith("features: computed ")
+    cuts = [
+        ("data.imbalance_factor=10",),
+        ("data.imbalance_factor=50", "data.val_per_class=3"),
+        ("data.data_seed=1", "data.imbalance_factor=20"),
+        ("data.imbalance_factor=100", "data.val_per_class=5"),
+    ]
+    for cut in cuts:
+        data, featured = frozen_run(tmp_path, *cut)
+        rows = sum(len(x) for x in (data.train_x, data.val_x, data.test_x) if x is not None)
+        line = capsys.readouterr().out.strip()
+        assert line.startswith(f"features: reused {rows} rows (of {rows}; "), (cut, line)
+        assert featured.val_x is not None or "data.val_per_class" not in str(cut)
+    # The reused rows are what computing this cut afresh gives (SmallCNN in eval mode: a row's
+    # features do not depend on the other rows of its batch, bit for bit on this CPU path).
+    _, fresh = frozen_run(tmp_path / "fresh", *cuts[3])
+    assert torch.equal(featured.train_x, fresh.train_x)
+    assert torch.equal(featured.val_x, fresh.val_x) and torch.equal(featured.test_x, fresh.test_x)
+
+
+def test_a_changed_image_alone_is_computed_again(tmp_path, capsys):
+    cfg = compose_config(
+        ["data=digits_lt", *SMALL_CNN, "model.freeze=true", "trainer.augment=false"]
+        + [f"features.cache_dir={tmp_path}"]
+    )
+    data = place(build("data", cfg.data), CPU)
+    torch.manual_seed(0)
+    net = build_model(cfg.model, data.in_shape, data.num_classes)
+    before = freeze(net, data, cfg, CPU)[1]
+    data.train_x[3] = data.train_x[3].flip(-1)  # one image mirrored, the rest as they were
+    capsys.readouterr()
+    after = freeze(net, data, cfg, CPU)[1]
+    total = len(data.train_x) + len(data.test_x)
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("features: computed 1 x 32 from SmallCNN in "), line
+    assert f"; reused {total - 1} rows (of {total}; " in line
+    assert not torch.equal(after.train_x[3], before.train_x[3])
+    others = torch.ones(len(data.train_x), dtype=torch.bool)
+    others[3] = False
+    assert torch.equal(after.train_x[others], before.train_x[others])
+
+
+def test_a_shard_of_the_wrong_shape_is_computed_again(tmp_path, capsys):
+    _, first = frozen_run(tmp_path)
+    for shard in tmp_path.glob("*/shard-*.pt"):
+        entry = torch.load(shard, weights_only=True)
+        entry["features"] = entry["features"][:-1]  # a row short of its digests
+        torch.save(entry, shard)
+    capsys.readouterr()
+    _, again = frozen_run(tmp_path)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3 and all(
+        "does not hold one feature row per digest; its rows are computed again" in line
+        for line in lines[:2]
+    )
+    assert lines[2].startswith("features: computed ")
+    assert torch.equal(again.train_x, first.train_x)
+
+
+@pytest.mark.skipif(_glibc() is None, reason="kept_heap changes glibc's malloc only")
+def test_large_allocations_kept_between_batches_fault_far_less():
+    """Six 64 MiB buffers allocated, touched and freed in turn: glibc maps each afresh (16,384
+    pages faulted in each time) unless the heap is kept, when only the first is faulted in.
+    A third as many faults is a margin of 2x over what keeping them gives."""
+
+    def faults() -> int:
+        start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(6):
+            torch.ones(16 * 2**20)  # 64 MiB of float32, every page written
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start
+
+    mapped = faults()
+    with kept_heap() as kept:
+        reused = faults()
+    assert kept and mapped > 6 * 16_384 * 0.9
+    assert reused < mapped / 3, (reused, mapped)
+
+
+def test_keeping_the_heap_changes_no_feature(monkeypatch):
+    """Extraction with the heap kept (the default) and without: the same features, bit for bit."""
+    torch.manual_seed(0)
+    backbone = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1)
+    ).eval()
+    images = torch.rand(300, 3, 48, 48)  # two batches, activations above 32 MiB each
+    kept, digests = extract(backbone, Feed(images, CPU))
+    monkeypatch.setattr(features_module, "kept_heap", lambda: kept_heap(enabled=False))
+    plain, again = extract(backbone, Feed(images, CPU))
+    assert torch.equal(kept, plain) and digests == again and kept.shape == (300, 64, 1, 1)
