@@ -22,6 +22,7 @@ from runner.models import FeatureClassifier
 from runner.models.adopt import as_feature_classifier
 from runner.train.features import FrozenInputs, freeze_backbone
 from runner.train.feed import place
+from runner.train.onnx_engine import check_engine
 from runner.train.run import Parts
 from runner.train.settings import MODEL_RUNNER_KEYS, EvalConfig, TrackingConfig, TrainerConfig
 from runner.train.stages import stage_for
@@ -129,13 +130,16 @@ def freeze(
     model: FeatureClassifier, data: LongTailData, cfg: DictConfig, device: torch.device
 ) -> tuple[FeatureClassifier, LongTailData, FrozenInputs | None]:
     """:func:`runner.train.features.freeze_backbone` with ``cfg``'s settings: the model group's
-    resolved config, ``trainer.augment`` and the cache folder (:func:`feature_cache`)."""
+    resolved config, ``trainer.augment``, the cache folder (:func:`feature_cache`) and
+    ``features.engine`` (checked first: a wrong one is a :class:`UserError`)."""
+    engine = str(cfg.features.get("engine", "torch"))
+    check_engine(engine)
     # The model node alone: the whole config holds Hydra's keys, some resolvable only in a job.
     node = OmegaConf.to_container(cfg.model, resolve=True)
     assert isinstance(node, dict)
     model_cfg = {str(k): v for k, v in node.items()}
     augment = bool(cfg.trainer.augment)
-    return freeze_backbone(model, data, model_cfg, augment, feature_cache(cfg), device)
+    return freeze_backbone(model, data, model_cfg, augment, feature_cache(cfg), device, engine)
 
 
 def feature_cache(cfg: DictConfig) -> Path:

@@ -42,6 +42,7 @@ from runner.models.source import UnreadableCode, code_digest
 from runner.train.feature_bank import FeatureBank, bank_folder, row_digests
 from runner.train.feed import Feed
 from runner.train.heap import kept_heap
+from runner.train.onnx_engine import Forward, OnnxRuntime
 from runner.train.settings import MODEL_RUNNER_KEYS
 from runner.train.state import autocast
 
@@ -95,11 +96,14 @@ def freeze_backbone(
     augment: bool,
     folder: Path,
     device: torch.device,
+    engine: str = "torch",
 ) -> tuple[FeatureClassifier, LongTailData, FrozenInputs | None]:
     """The model and data a run with ``model.freeze=true`` trains on: the head on features
     cached in ``folder`` (and what the logged model needs of the rest), or with augmentation
     (``augment``: ``trainer.augment``) the whole model with its backbone frozen (and None).
-    ``model_cfg`` is the model group's resolved config, part of the cache key."""
+    ``model_cfg`` is the model group's resolved config, part of the cache key. ``engine``
+    (``features.engine``): ``onnxruntime`` computes the features to be cached with ONNX
+    Runtime where it agrees with torch (:mod:`runner.train.onnx_engine`), else torch."""
     backbone, head, dim = model.features, model.classifier, model.feature_dim
     if augments(data, augment):
         _say(
@@ -121,13 +125,14 @@ def freeze_backbone(
     else:
         key = cache_key(identity)
         bank = FeatureBank(bank_folder(folder, name, key), key, _say)
+        runtime = OnnxRuntime(bank.folder, _say) if engine == "onnxruntime" else None
         digests = {split: feed_digests(feed) for split, feed in feeds.items()}
         with turn(
             bank.lock, LOCK_WAIT_S, "features.cache_dir", f"features {bank.folder.name}", _say
         ):
             bank.load()
             features = {
-                split: _banked(backbone, feed, digests[split], bank, tally, split)
+                split: _banked(backbone, feed, digests[split], bank, tally, split, runtime)
                 for split, feed in feeds.items()
             }
     _say(tally.line())
@@ -149,6 +154,7 @@ def _banked(
     bank: FeatureBank,
     tally: Tally,
     split: str,
+    engine: OnnxRuntime | None,
 ) -> torch.Tensor:
     """The features of every row of ``feed`` (whose rows have ``digests``): those ``bank``
     holds, the others computed and stored, unless a row's second reading differs (one line)."""
@@ -159,7 +165,9 @@ def _banked(
     order = missing.nonzero().flatten()
     computed = torch.empty(0, 0)
     if len(order):
-        computed, reread, seconds = _timed_extract(backbone, feed, order, lambda: beat(bank.lock))
+        computed, reread, seconds = _timed_extract(
+            backbone, feed, order, lambda: beat(bank.lock), engine
+        )
         stable = [i for i, d in enumerate(reread) if d == digests[order[i]]]
         bank.store([reread[i] for i in stable], computed[stable])
         if len(stable) < len(order):
@@ -201,10 +209,11 @@ def _timed_extract(
     feed: Feed,
     order: torch.Tensor | None = None,
     on_batch: Callable[[], None] = lambda: None,
+    engine: OnnxRuntime | None = None,
 ) -> tuple[torch.Tensor, list[bytes], float]:
     """:func:`extract`, and the seconds it took."""
     started = time.perf_counter()
-    features, digests = extract(backbone, feed, order, on_batch)
+    features, digests = extract(backbone, feed, order, on_batch, engine)
     return features, digests, time.perf_counter() - started
 
 
@@ -300,27 +309,40 @@ def extract(
     feed: Feed,
     order: torch.Tensor | None = None,
     on_batch: Callable[[], None] = lambda: None,
+    engine: OnnxRuntime | None = None,
 ) -> tuple[torch.Tensor, list[bytes]]:
     """``backbone``'s features of the rows ``order`` (default: all) of ``feed`` (converted as a
     training batch is), in that order, as float32 on the CPU; and the :func:`row_digests` of
-    what it was fed. ``on_batch`` runs after each batch (a lock's beat). Large allocations are
+    what it was fed. ``on_batch`` runs after each batch (a lock's beat). ``engine`` computes
+    the batches after the first when it agrees with torch on the first. Large allocations are
     kept between batches (:func:`runner.train.heap.kept_heap`): the same numbers, fewer page
     faults."""
     order = torch.arange(len(feed)) if order is None else order
-    chunks, digests = [], []
+    chunks: list[torch.Tensor] = []
+    digests: list[bytes] = []
     # Images in channels-last order: convolutions on the CPU run about 1.7x faster so
     # (EfficientNet-Lite0 at 224 pixels); the backbone goes back to the default order after.
     channels_last = False
+
+    def torch_forward(batch: torch.Tensor) -> torch.Tensor:
+        nonlocal channels_last
+        if batch.dim() == 4:
+            if not channels_last:
+                backbone.to(memory_format=torch.channels_last)
+                channels_last = True
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        out: torch.Tensor = backbone(batch)
+        return out
+
+    forward: Forward = torch_forward
     try:
         with kept_heap(), torch.inference_mode(), autocast(feed.device):
             for batch in feed.batches(order, EXTRACT_BATCH):
                 digests += row_digests(batch)
-                if batch.dim() == 4:
-                    if not channels_last:
-                        backbone.to(memory_format=torch.channels_last)
-                        channels_last = True
-                    batch = batch.contiguous(memory_format=torch.channels_last)
-                chunks.append(backbone(batch).float().cpu())
+                out = forward(batch)
+                if engine is not None and len(chunks) == 0:
+                    forward = engine.choose(backbone, batch, out, torch_forward)
+                chunks.append(out.float().cpu())
                 on_batch()
     finally:
         if channels_last:
