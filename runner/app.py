@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
@@ -30,7 +32,7 @@ from runner.tracking.environment import environment, system_metrics
 from runner.tracking.stores import StoreLost, bound_http_retries, prepare_store, resolve_uri
 from runner.train.fit import Diverged, fit
 from runner.train.recorder import Recorder
-from runner.train.run import Progress, RunContext
+from runner.train.run import Progress, RunContext, flush
 
 log = logging.getLogger("runner")
 
@@ -50,11 +52,34 @@ def failure_reason(error: BaseException) -> str | None:
     return None
 
 
+@dataclass
+class Prepared:
+    """A run ready to train: its config, its parts and record (``run``), whether it resumes,
+    where it meets the jobs of its sweep that share a prefix (``entry``), the epochs a resumed
+    run forked from another's."""
+
+    cfg: DictConfig
+    run: RunContext
+    resumed: bool
+    entry: Entry | None
+    forked: int
+
+
 def run(cfg: DictConfig) -> dict[str, float]:
     """Train and evaluate one configuration (or continue one with ``resume``); returns the
     results: the final test metrics (``final/``) and the last evaluation's headline metrics
     (``test/``, and ``val/`` with a validation split), from which
     :func:`runner.results.objective` reads."""
+    prepared = prepare(cfg)
+    if isinstance(prepared, dict):
+        return prepared
+    return train_recorded(prepared)
+
+
+def prepare(cfg: DictConfig) -> Prepared | dict[str, float]:
+    """Everything :func:`run` does before training: check the config and the store, find what
+    ``resume=`` continues (a run that finished: its results, returned as they are), build the
+    parts and restore a checkpoint, open or reopen the MLflow run."""
     check_objective(cfg, active_sweeper())
     uri = resolve_uri(cfg.tracking.uri)
     bound_http_retries(cfg.tracking.retries, cfg.tracking.request_timeout)
@@ -94,19 +119,29 @@ def run(cfg: DictConfig) -> dict[str, float]:
                 Bystander.of,
             )
             path = checkpoint_path(recorder.run_id)
-        run = RunContext(parts, recorder, progress, path)
-        return _train_recorded(cfg, run, previous is not None, entry, forked)
+    run = RunContext(parts, recorder, progress, path)
+    return Prepared(cfg, run, previous is not None, entry, forked)
 
 
-def _train_recorded(
-    cfg: DictConfig, run: RunContext, resumed: bool, entry: Entry | None, forked: int
-) -> dict[str, float]:
-    """Train ``run`` (sharing a prefix through ``entry``; ``forked`` epochs of a resumed run
-    came from another's), record the results, and end the run with the status it earned."""
+Train = Callable[[RunContext], int]  # trains a run; returns the epochs it forked from another's
+
+
+def train_recorded(prepared: Prepared, train: Train | None = None) -> dict[str, float]:
+    """Train the prepared run (``train``, by default :func:`runner.train.fit.fit`, sharing a
+    prefix through its entry; a caller that trained it already passes one that returns or
+    raises what that training did), record the results, and end the run with the status it
+    earned: FINISHED, FAILED (a failure tag with the reason when the config is to blame), or
+    KILLED when stopped by a signal (checkpointed)."""
+    with stop_on_signals():
+        return _train_recorded(prepared, train)
+
+
+def _train_recorded(prepared: Prepared, train: Train | None) -> dict[str, float]:
+    cfg, run, forked = prepared.cfg, prepared.run, prepared.forked
     started = time.perf_counter()
     parts, recorder, progress = run.parts, run.recorder, run.progress
     try:
-        if resumed:
+        if prepared.resumed:
             recorder.log_rows(progress.unlogged)  # what a lost store did not take, at last
             progress.unlogged = []
             run.logged_through = recorder.last_step("train/loss") or 0
@@ -118,12 +153,15 @@ def _train_recorded(
             )
         how = environment(parts.device, parts.state.world_size, backend())
         recorder.set_tags({"checkpoint": str(run.path), **how})  # a resumed run: how it ran last
-        with system_metrics(parts.tracking, recorder, resumed):
-            if entry is None:  # one run, or a sweep's job that shares no epoch
+        with system_metrics(parts.tracking, recorder, prepared.resumed):
+            if train is not None:
+                forked = train(run) or forked
+            elif prepared.entry is None:  # one run, or a sweep's job that shares no epoch
                 fit(run)
             else:
-                forked = fit_sharing(entry, run) or forked
+                forked = fit_sharing(prepared.entry, run) or forked
             results = record_results(run, forked)
+            flush(recorder)  # here a lost store is caught below: the rows go into the checkpoint
     except Interrupted as stop:
         if stop.safe:
             run.save_checkpoint()

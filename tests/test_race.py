@@ -223,3 +223,56 @@ def test_race_children_log_no_model_and_the_advised_one_is_on_the_parent(tmp_pat
     assert metrics["advice/epochs"] == metrics["advice/runs_used"] == 4  # 1 epoch each
     assert 0 <= metrics["advice/certificate"] < 100
     assert "no candidate is more than" in done.stdout
+
+
+def test_heads_on_cached_features_race_at_once_as_one_by_one(tmp_path, tracking_uri):
+    """The same race on a frozen backbone's cached features, its heads stacked (the default) and
+    each job through the launcher (``hydra.sweeper.stack_heads=false``): the same decisions, and
+    children with the same params, tags and metric keys, every value within the stacked heads'
+    tolerance (tests/test_stacked.py: 2.4e-5 relative for 4 epochs of 10 batches; 2 epochs
+    here), accuracies equal. The stacked race says so on its console."""
+    common = [
+        "+method=ce,class_balanced,hard_mined",
+        "model.freeze=true",
+        "trainer.augment=false",
+        "trainer.epochs=2",
+        "hydra.sweeper.min_seeds=2",
+        "hydra.sweeper.max_seeds=2",
+        f"features.cache_dir={tmp_path / 'features'}",
+        *QUICK,
+        f"tracking.uri={tracking_uri}",
+    ]
+    stacked = race([*common, "tracking.experiment=stacked"], tmp_path)
+    alone = race(
+        [*common, "tracking.experiment=alone", "hydra.sweeper.stack_heads=false"], tmp_path
+    )
+    assert stacked.returncode == alone.returncode == 0, stacked.stderr[-3000:] + alone.stderr
+    assert "6 head runs on cached features at once" in stacked.stdout
+    assert "head runs on cached features at once" not in alone.stdout
+    client = MlflowClient(tracking_uri)
+
+    def children(name: str) -> dict[str, object]:
+        experiment = client.get_experiment_by_name(name).experiment_id
+        runs = [r for r in client.search_runs([experiment]) if r.data.tags.get("sweep") != "parent"]
+        assert all(r.info.status == "FINISHED" for r in runs)
+        return {r.info.run_name: r for r in runs}
+
+    one, many = children("alone"), children("stacked")
+    assert sorted(one) == sorted(many) and len(one) == 6
+    relative = 2 * 10 * 10 * 2**-24
+    for name, run in one.items():
+        other = many[name]
+        ignored = {"tracking.experiment"}
+        params = {k: v for k, v in run.data.params.items() if k not in ignored}
+        assert params == {k: v for k, v in other.data.params.items() if k not in ignored}
+        assert set(run.data.tags) == set(other.data.tags), name
+        assert set(run.data.metrics) == set(other.data.metrics), name
+        for key, value in run.data.metrics.items():
+            if "accuracy" in key or "recall" in key:
+                assert other.data.metrics[key] == value, (name, key)
+            else:
+                assert other.data.metrics[key] == pytest.approx(value, rel=relative, abs=1e-9)
+        steps = [m.step for m in client.get_metric_history(other.info.run_id, "train/loss")]
+        assert steps == [1, 2], name
+    verdict = re.compile(r"samplerlab race: use .*")
+    assert verdict.findall(stacked.stdout) == verdict.findall(alone.stdout)

@@ -28,7 +28,11 @@ class RaceSettings:
     (1.4 points), a difference few would switch strategies for. Each pair of candidates has its
     own variance, so it certifies early where candidates share training (recipes on one
     backbone) and rarely between independently trained ones: within 10 seeds in 9% of seed
-    orders on the digits grid, where delta = 2 always does (docs/results/race.md)."""
+    orders on the digits grid, where delta = 2 always does (docs/results/race.md).
+
+    ``stack_heads``: a round's linear heads on cached features train at once in the sweep's
+    process, as stacked heads (:mod:`experiments.race.stacked_jobs`; false: every job through
+    the configured launcher, one run at a time)."""
 
     min_seeds: int = 3
     max_seeds: int = 10
@@ -36,6 +40,7 @@ class RaceSettings:
     alpha: float = 0.05
     delta: float = 1.0
     prefer: list[str] | None = None
+    stack_heads: bool = True
 
     def __post_init__(self) -> None:
         if self.prefer is not None:  # a Hydra list arrives as a ListConfig

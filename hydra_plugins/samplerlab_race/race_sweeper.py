@@ -7,7 +7,9 @@ the configured ``hydra/launcher``, and publish the answer on the sweep's parent 
 
 Settings (``hydra.sweeper.*``): ``params`` (the candidates, as for the basic sweeper) and the
 race's own, :class:`experiments.race.settings.RaceSettings` (``min_seeds``, ``max_seeds``,
-``max_runs``, ``alpha``, ``delta``, ``prefer``; their defaults are there alone).
+``max_runs``, ``alpha``, ``delta``, ``prefer``, ``stack_heads``; their defaults are there
+alone). A round's linear heads on cached features train at once, in this process
+(:mod:`experiments.race.stacked_jobs`).
 
 **Lean children.** Every job gets ``tracking.log_model=false tracking.plots=false`` unless the
 command line sets them: a child keeps its metrics and checkpoint, and the advised candidate's
@@ -135,10 +137,18 @@ class RaceSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         launcher = self.launcher
+
+        def launch(batch: list[list[str]], first: int) -> Any:
+            return launcher.launch(batch, initial_job_idx=first)
+
+        if settings.stack_heads:
+            from experiments.race.stacked_jobs import StackedLaunch
+
+            launch = StackedLaunch(self.hydra_context, self.config, launcher)
         race, keys, returns = driver.run(
             plan,
             settings,
-            lambda batch, first: launcher.launch(batch, initial_job_idx=first),
+            launch,
             None if any(c is self.config for c in _CHECKED) else self.check_job,
         )
         objective = str(OmegaConf.select(self.config, "objective", default="objective"))

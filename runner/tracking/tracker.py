@@ -1,8 +1,11 @@
 """A run's MLflow record: the :class:`Tracker` the training loop writes to, and finding a run
 to resume.
 
-A run records the flattened resolved config as params, tags that make runs easy to filter, one
-``log_batch`` per epoch (per-value ``log_metric`` costs 5-12 ms on sqlite), and artifacts. In a
+A run records the flattened resolved config as params, tags that make runs easy to filter, its
+metrics in batches (:meth:`Tracker.log_metrics` keeps an epoch's rows and sends what it holds
+every :data:`FLUSH_SECONDS`, and whenever the record is read or ended: a ``log_batch`` to sqlite
+costs 20-150 ms, so a head run of a few seconds on cached features writes its epochs in one), and
+artifacts. In a
 Hydra multirun (:mod:`runner.sweeps.callback`) every run is the nested child of the sweep's parent run.
 """
 
@@ -40,6 +43,10 @@ _BATCH = 100  # MLflow accepts at most 100 params and 1000 metrics per log_batch
 # the same datasets first, which the next try finds and links; another conflict needs yet
 # another job to commit one of the rest in between, so a few tries settle any sweep.
 CONFLICT_RETRIES = 3
+# How long a run holds a metric row before it sends it with all it holds: a slow epoch is still
+# sent as it ends (a watcher sees the run progress), a fast run's epochs go in one batch. Rows held are in every checkpoint
+# (:meth:`runner.train.run.RunContext.checkpoint_payload`), so a resumed run sends them.
+FLUSH_SECONDS = 10.0
 T = TypeVar("T")
 
 
@@ -70,6 +77,8 @@ class Tracker:
         self.client, self.uri = client, uri
         self.run_id, self.run_name = run.info.run_id, run.info.run_name
         self.experiment_id = run.info.experiment_id
+        self.unsent: list[Row] = []  # metric rows not sent yet (:meth:`flush`)
+        self.unsent_since = 0.0  # when the oldest of them was logged (time.monotonic)
 
     @classmethod
     def start(
@@ -127,8 +136,24 @@ class Tracker:
                 raise StoreLost.during(self.uri, what, error, unlogged or []) from error
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Hold the rows; send all held rows once the oldest has waited :data:`FLUSH_SECONDS`
+        (:meth:`flush` sends them at once)."""
         now = int(time.time() * 1000)
-        self.log_rows([(k, float(v), now, step) for k, v in metrics.items()])
+        if not self.unsent:
+            self.unsent_since = time.monotonic()
+        self.unsent.extend((k, float(v), now, step) for k, v in metrics.items())
+        if time.monotonic() - self.unsent_since >= FLUSH_SECONDS:
+            self.flush()
+
+    def pending(self) -> list[Row]:
+        """The metric rows held, not sent yet (a checkpoint keeps them)."""
+        return list(self.unsent)
+
+    def flush(self) -> None:
+        """Send the held metric rows; a lost store raises :class:`StoreLost` carrying them."""
+        rows, self.unsent = self.unsent, []
+        if rows:
+            self.log_rows(rows)
 
     def log_rows(self, rows: list[Row]) -> None:
         """Metric rows ``(key, value, timestamp, step)``: logging the same row twice is a no-op,
@@ -143,6 +168,7 @@ class Tracker:
 
     def last_step(self, key: str) -> int | None:
         """The highest step logged for metric ``key`` (None when it has none)."""
+        self.flush()
         history = self._call(
             "reading the metric history", lambda: self.client.get_metric_history(self.run_id, key)
         )
@@ -198,6 +224,7 @@ class Tracker:
         metrics of ``step`` to it (logging them again with the model's id)."""
         from mlflow.models import infer_signature
 
+        self.flush()  # the metrics of ``step`` are in the store before the model links them
         with torch.no_grad():
             outputs = model(torch.as_tensor(example)).numpy()
 
@@ -225,6 +252,7 @@ class Tracker:
         is written (then raises :class:`Interrupted`): a run must not stay RUNNING because
         torchrun stopped this rank after another one failed."""
         RunStatus.from_string(status)  # rejects anything else
+        self.flush()
         with held():
             self.client.set_terminated(self.run_id, status=status)
 
@@ -248,6 +276,12 @@ class Bystander:
         pass
 
     def log_rows(self, rows: list[Row]) -> None:
+        pass
+
+    def pending(self) -> list[Row]:
+        return []
+
+    def flush(self) -> None:
         pass
 
     def log_inputs(self, datasets: list[Any]) -> None:
@@ -292,6 +326,7 @@ def log_to_run(
     tracker = Tracker(client, uri, client.get_run(run_id))
     if metrics:
         tracker.log_metrics(metrics, step=0)
+        tracker.flush()
     if files:
         tracker.log_artifacts(files)
 
@@ -349,6 +384,7 @@ def start_run(
             for n, c in zip(data.class_names, values, strict=True)
         }
         tracker.log_metrics({**counts, "data/num_classes": data.num_classes}, step=0)
+    tracker.flush()  # step 0 is in the store before any checkpoint could carry it
     tracker.log_inputs(dataset_inputs(cfg, data))
     tracker.log_artifacts({"config.yaml": OmegaConf.to_yaml(resolved(cfg))})
     return tracker

@@ -26,7 +26,6 @@ from runner.errors import UserError
 from runner.signals import raise_if_stopped, stop_on_signals
 from runner.train.evaluation import Evaluation, evaluate
 from runner.train.feed import Feed
-from runner.train.losses import LDAMLoss
 from runner.train.multilabel_run import (
     evaluate_epoch,
     evaluate_rare_positives,
@@ -35,7 +34,7 @@ from runner.train.multilabel_run import (
 )
 from runner.train.post_hoc import choose_post_hoc
 from runner.train.recorder import class_table, per_class_as_table, sampling_keys
-from runner.train.run import Parts, RunContext, Scored
+from runner.train.run import Parts, RunContext, Scored, divergence_cause, flush
 from runner.train.stages import PostHocChoice, PostHocStage, stage_for
 from runner.train.state import (
     TrainState,
@@ -177,40 +176,114 @@ def sampling_metrics(
     return metrics, stats.shares.numpy(), target.numpy()
 
 
+class Epochs:
+    """What ends each epoch of one run, whoever trained it (:func:`fit`, or
+    :func:`runner.train.stacked.fit_stacked` for many heads at once): the run's feeds and
+    settings, built once, and :meth:`record`, which measures, evaluates, logs and checkpoints."""
+
+    def __init__(self, run: RunContext, checkpoint_every: int | None = None) -> None:
+        """``checkpoint_every``: epochs between checkpoints, ``trainer.checkpoint_every`` unless
+        given (0: none but the last epoch's, and that only if the trainer's setting takes any)."""
+        self.run = run
+        self.every = (
+            run.parts.trainer.checkpoint_every if checkpoint_every is None else checkpoint_every
+        )
+        parts = run.parts
+        data, trainer = parts.data, parts.trainer
+        feed = (parts.device, data.normalize, data.feeding.num_workers)
+        self.train_x, self.train_y = Feed(data.train_x, *feed), data.train_y.to(parts.device)
+        self.test_x = Feed(data.test_x, *feed)
+        self.val_x = Feed(data.val_x, *feed) if data.val_x is not None else None
+        self.multi_label = isinstance(data, MultiLabelData)
+        self.last = total_epochs(trainer)
+        self.tabled = per_class_as_table(parts.tracking, data.num_classes)  # one table an epoch
+        self.stage = stage_for(trainer)
+        self.stage.check_built(parts.state.model, data.val_y)  # refused before training
+
+    def diverged(self, diverged: Diverged) -> UserError:
+        """The user error a non-finite loss in this run's epoch ``diverged.epoch`` ends it with,
+        the mean loss before it logged."""
+        run, epoch = self.run, diverged.epoch + 1
+        if epoch > run.logged_through and not np.isnan(diverged.mean_loss_before):
+            run.recorder.log_metrics({"train/loss": diverged.mean_loss_before}, step=epoch)
+        setting, fix = divergence_cause(run.parts, run.parts.state.classifier_only)
+        error = UserError(
+            f"{setting}: the training loss became non-finite at epoch {epoch}, batch "
+            f"{diverged.batch + 1}\n{fix}"
+        )
+        error.__cause__ = diverged
+        return error
+
+    def record(self, result: EpochResult) -> None:
+        """After epoch ``state.epoch`` trained: what was drawn, the evaluation (a post-hoc stage
+        first after the last epoch), the log (past ``logged_through``) and the checkpoint."""
+        run, multi_label, tabled = self.run, self.multi_label, self.tabled
+        parts, progress, recorder = run.parts, run.progress, run.recorder
+        trainer, data, state, names = parts.trainer, parts.data, parts.state, parts.data.class_names
+        epoch, last = state.epoch, self.last  # the epoch that ended, as printed and logged
+        measure = multilabel_sampling_metrics if multi_label else sampling_metrics
+        metrics, drawn, target = measure(parts.sampler, result.delivered, names, not tabled)
+        progress.drawn.append(drawn)
+        progress.target.append(target)
+        columns: dict[str, Any] = {"sampling/share": drawn, "sampling/target": target}
+        metrics["train/loss"] = result.mean_loss
+        # The classifier's (the last group): a backbone_lr factor gives the features their own.
+        metrics["train/lr"] = state.optimizer.param_groups[-1]["lr"]
+        stage_one_ends = epoch == trainer.epochs < last
+        tuned: PostHocChoice | None = None  # a post-hoc stage chooses on validation: cross-fitted
+        if epoch == last and isinstance(self.stage, PostHocStage):
+            tuned = choose_post_hoc(parts, self.stage, self.val_x, self.train_x)
+            metrics.update(tuned.metrics())
+        if epoch % trainer.eval_every == 0 or epoch == last or stage_one_ends:
+            evaluation, validation = _evaluations(parts, self.test_x, self.val_x, tuned)
+            metrics.update(evaluation.metrics(names, per_class=not tabled))
+            columns.update(evaluation.class_columns("test"))
+            if stage_one_ends:
+                metrics.update(evaluation.metrics(names, "stage1", per_class=not tabled))
+            progress.latest = evaluation
+            score = evaluation.score
+            if validation is not None:  # the honest best epoch
+                metrics.update(validation.metrics(names, "val", per_class=not tabled))
+                columns.update(validation.class_columns("val"))
+                progress.latest_val = validation
+                score = validation.score
+            if data.num_classes == 2 and not multi_label:  # rare positives
+                rare = _rare_positives(parts, self.test_x, self.val_x, tuned is None)
+                progress.latest_rare = rare
+                metrics.update(rare)
+            if score > progress.best_score:
+                progress.best, progress.best_epoch, progress.best_score = evaluation, epoch, score
+            line = evaluation.one_line()
+            log.info("epoch %d/%d  loss %.4f  %s", epoch, last, result.mean_loss, line)
+        if epoch > run.logged_through:
+            recorder.log_metrics(metrics, step=epoch)
+            if tabled:
+                table = class_table(names, columns)
+                recorder.log_table(f"per_class/epoch_{epoch:04d}.json", table)
+        every = self.every
+        if (every and epoch % every == 0) or (trainer.checkpoint_every and epoch == last):
+            run.save_checkpoint()
+
+
 def fit(
     run: RunContext, until: int | None = None, on_epoch: Callable[[], None] | None = None
 ) -> None:
-    """Every epoch of ``run``: train in the sampler's order, measure what was drawn, evaluate,
-    log once (steps up to ``run.logged_through`` were logged before and are not logged again),
-    checkpoint to ``run.path``, call ``on_epoch``; stop after epoch ``until`` (default: the
-    last; called again, it continues). Signals are held until a batch ends, then stop the loop. With
-    ``trainer.classifier_epochs`` (cRT, LWS) the classifier stage follows ``trainer.epochs``;
-    the evaluation that ends stage one is also logged as ``stage1/*``. With
-    ``trainer.classifier_stage=tau_norm`` or ``posthoc_la`` the classifier is tau-normalised or
-    logit-adjusted after the last epoch trains, before it is evaluated, and that evaluation's
-    validation metrics are cross-fitted (:mod:`runner.train.post_hoc`)."""
-    parts, recorder, progress, logged_through = (
-        run.parts,
-        run.recorder,
-        run.progress,
-        run.logged_through,
-    )
-    trainer, data, state = parts.trainer, parts.data, parts.state
-    names = data.class_names
-    feed = (parts.device, data.normalize, data.feeding.num_workers)
-    train_x, train_y = Feed(data.train_x, *feed), data.train_y.to(parts.device)
-    test_x = Feed(data.test_x, *feed)
-    multi_label = isinstance(data, MultiLabelData)
-    val_x = Feed(data.val_x, *feed) if data.val_x is not None else None
-    augment = data.augment if trainer.augment else None
+    """Every epoch of ``run``: train in the sampler's order, then :meth:`Epochs.record`
+    (measure what was drawn, evaluate, log once: steps up to ``run.logged_through`` were logged
+    before and are not logged again; the recorder may hold the rows,
+    :func:`runner.train.run.flush` sends them as ``fit`` ends; checkpoint to ``run.path``), call
+    ``on_epoch``; stop after epoch ``until`` (default: the last; called again, it continues).
+    Signals are held until a batch ends, then stop the loop. With ``trainer.classifier_epochs``
+    (cRT, LWS) the classifier stage follows ``trainer.epochs``; the evaluation that ends stage
+    one is also logged as ``stage1/*``. With ``trainer.classifier_stage=tau_norm`` or
+    ``posthoc_la`` the classifier is tau-normalised or logit-adjusted after the last epoch
+    trains, before it is evaluated, and that evaluation's validation metrics are cross-fitted
+    (:mod:`runner.train.post_hoc`)."""
+    parts, progress, epochs = run.parts, run.progress, Epochs(run)
+    trainer, state, last = parts.trainer, parts.state, epochs.last
+    augment = parts.data.augment if trainer.augment else None
     show = trainer.progress and sys.stderr.isatty()
     steps = batches_per_epoch(parts.sampler, trainer.batch_size)
-    last = total_epochs(trainer)
-    tabled = per_class_as_table(
-        parts.tracking, data.num_classes
-    )  # many classes: one table an epoch
-    stage = stage_for(trainer)
-    stage.check_built(state.model, data.val_y)  # what it cannot work with, refused before training
     with stop_on_signals(deferred=True):
         while state.epoch < (last if until is None else min(until, last)):
             if state.epoch >= trainer.epochs and not state.classifier_only:
@@ -233,74 +306,23 @@ def fit(
 
             try:
                 result = train_epoch(
-                    state, train_x, train_y, parts.loss_fn, trainer.batch_size, augment, on_batch
+                    state,
+                    epochs.train_x,
+                    epochs.train_y,
+                    parts.loss_fn,
+                    trainer.batch_size,
+                    augment,
+                    on_batch,
                 )
             except Diverged as diverged:
-                if epoch > logged_through and not np.isnan(diverged.mean_loss_before):
-                    recorder.log_metrics({"train/loss": diverged.mean_loss_before}, step=epoch)
-                setting, fix = _divergence_cause(parts, state.classifier_only)
-                raise UserError(
-                    f"{setting}: the training loss became non-finite at epoch {epoch}, batch "
-                    f"{diverged.batch + 1}\n{fix}"
-                ) from diverged
+                raise epochs.diverged(diverged) from diverged
             finally:
                 bar.close()
-            sampler = parts.sampler
-            measure = multilabel_sampling_metrics if multi_label else sampling_metrics
-            metrics, drawn, target = measure(sampler, result.delivered, names, not tabled)
-            progress.drawn.append(drawn)
-            progress.target.append(target)
-            columns: dict[str, Any] = {"sampling/share": drawn, "sampling/target": target}
-            metrics["train/loss"] = result.mean_loss
-            # The classifier's (the last group): a backbone_lr factor gives the features their own.
-            metrics["train/lr"] = state.optimizer.param_groups[-1]["lr"]
-            stage_one_ends = state.epoch == trainer.epochs < last
-            tuned: PostHocChoice | None = (
-                None  # a post-hoc stage chooses on validation: cross-fitted
-            )
-            if state.epoch == last and isinstance(stage, PostHocStage):
-                tuned = choose_post_hoc(parts, stage, val_x, train_x)  # before the last evaluation
-                metrics.update(tuned.metrics())
-            if state.epoch % trainer.eval_every == 0 or state.epoch == last or stage_one_ends:
-                evaluation, validation = _evaluations(parts, test_x, val_x, tuned)
-                metrics.update(evaluation.metrics(names, per_class=not tabled))
-                columns.update(evaluation.class_columns("test"))
-                if stage_one_ends:
-                    metrics.update(evaluation.metrics(names, "stage1", per_class=not tabled))
-                progress.latest = evaluation
-                score = evaluation.score
-                if validation is not None:  # the honest best epoch
-                    metrics.update(validation.metrics(names, "val", per_class=not tabled))
-                    columns.update(validation.class_columns("val"))
-                    progress.latest_val = validation
-                    score = validation.score
-                if data.num_classes == 2 and not multi_label:  # rare positives
-                    progress.latest_rare = _rare_positives(parts, test_x, val_x, tuned is None)
-                    metrics.update(progress.latest_rare)
-                if score > progress.best_score:
-                    progress.best, progress.best_epoch, progress.best_score = (
-                        evaluation,
-                        epoch,
-                        score,
-                    )
-                log.info(
-                    "epoch %d/%d  loss %.4f  %s",
-                    epoch,
-                    last,
-                    result.mean_loss,
-                    evaluation.one_line(),
-                )
-            if epoch > logged_through:
-                recorder.log_metrics(metrics, step=epoch)
-                if tabled:
-                    table = class_table(names, columns)
-                    recorder.log_table(f"per_class/epoch_{epoch:04d}.json", table)
-            every = trainer.checkpoint_every
-            if every and (state.epoch % every == 0 or state.epoch == last):
-                run.save_checkpoint()
+            epochs.record(result)
             if on_epoch is not None:
                 on_epoch()
             raise_if_stopped()
+    flush(run.recorder)  # a lost store is found before the results add rows that a resume repeats
 
 
 def _evaluations(
@@ -370,20 +392,3 @@ def _predict(parts: Parts, x: Feed) -> np.ndarray:
 def _scored(parts: Parts, y: np.ndarray, predictions: np.ndarray) -> Evaluation:
     counts, shots = parts.data.train_counts.numpy(), parts.evaluation
     return evaluate(y, predictions, counts, parts.data.class_names, shots.many_shot, shots.few_shot)
-
-
-def _divergence_cause(parts: Parts, classifier_only: bool) -> tuple[str, str]:
-    """The setting to blame for a non-finite loss and its fix. Every data source checks that its
-    samples are finite, so the inputs are not the cause; LDAM's scale on an unbounded linear
-    head is a known one, else the learning rate."""
-    trainer = parts.trainer
-    if classifier_only:  # the classifier stage (cRT, LWS): its own lr, by default trainer.lr
-        setting = f"trainer.classifier_lr={trainer.classifier_lr or trainer.lr}"
-        return setting, "set a lower trainer.classifier_lr"
-    if isinstance(parts.loss_fn, LDAMLoss) and parts.head != "cosine":
-        return (
-            f"loss=ldam (loss.scale={parts.loss_fn.scale}) on model.head={parts.head}",
-            "use model.head=cosine, the head LDAM's scale is meant for (+method=ldam_drw sets "
-            "both), or trainer.lr=0.01, or loss.scale=1",
-        )
-    return f"trainer.lr={trainer.lr}", "lower trainer.lr (or raise trainer.warmup_epochs)"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -15,7 +15,7 @@ import torch
 from runner.data import LongTailData
 from runner.train.evaluation import Evaluation
 from runner.train.features import FrozenInputs
-from runner.train.losses import ClassWeightedLoss
+from runner.train.losses import ClassWeightedLoss, LDAMLoss
 from runner.train.multilabel_evaluation import MultiLabelEvaluation, evaluation_from_state
 from runner.train.recorder import Recorder, Row
 from runner.train.settings import EvalConfig, TrackingConfig, TrainerConfig
@@ -90,6 +90,21 @@ class Progress:
         self.latest_rare = dict(state.get("latest_rare", {}))  # checkpoints before it: none
 
 
+@runtime_checkable
+class Holding(Protocol):
+    """A recorder that holds metric rows before it sends them (:class:`runner.tracking.Tracker`)."""
+
+    def pending(self) -> list[Row]: ...
+
+    def flush(self) -> None: ...
+
+
+def flush(recorder: Recorder) -> None:
+    """Send what ``recorder`` holds, if it holds anything."""
+    if isinstance(recorder, Holding):
+        recorder.flush()
+
+
 @dataclass
 class RunContext:
     """A run under way: its ``parts``, the ``recorder`` its record goes to, its ``progress``,
@@ -103,9 +118,31 @@ class RunContext:
     logged_through: int = 0
 
     def checkpoint_payload(self) -> dict[str, Any]:
-        """The training state and the progress, as a checkpoint holds them."""
-        return {"train": self.parts.state.state_dict(), "progress": self.progress.state_dict()}
+        """The training state and the progress, as a checkpoint holds them; the metric rows
+        the recorder holds unsent go with the progress' unlogged ones, which a resumed run sends
+        before it reads how far its record goes (sending a row twice changes nothing)."""
+        progress = self.progress.state_dict()
+        if isinstance(self.recorder, Holding):
+            progress["unlogged"] += self.recorder.pending()
+        return {"train": self.parts.state.state_dict(), "progress": progress}
 
     def save_checkpoint(self) -> None:
         """Write :meth:`checkpoint_payload` to :attr:`path` (atomically; rank 0 alone)."""
         save_checkpoint(self.path, self.checkpoint_payload())
+
+
+def divergence_cause(parts: Parts, classifier_only: bool) -> tuple[str, str]:
+    """The setting to blame for a non-finite loss and its fix. Every data source checks that its
+    samples are finite, so the inputs are not the cause; LDAM's scale on an unbounded linear
+    head is a known one, else the learning rate."""
+    trainer = parts.trainer
+    if classifier_only:  # the classifier stage (cRT, LWS): its own lr, by default trainer.lr
+        setting = f"trainer.classifier_lr={trainer.classifier_lr or trainer.lr}"
+        return setting, "set a lower trainer.classifier_lr"
+    if isinstance(parts.loss_fn, LDAMLoss) and parts.head != "cosine":
+        return (
+            f"loss=ldam (loss.scale={parts.loss_fn.scale}) on model.head={parts.head}",
+            "use model.head=cosine, the head LDAM's scale is meant for (+method=ldam_drw sets "
+            "both), or trainer.lr=0.01, or loss.scale=1",
+        )
+    return f"trainer.lr={trainer.lr}", "lower trainer.lr (or raise trainer.warmup_epochs)"

@@ -1,0 +1,251 @@
+"""Many linear heads on the same cached features trained at once: each batch, every head's
+rows are gathered by its own sampler's indices into one ``(H, B, D)`` tensor and its logits come
+from one batched matmul; every head keeps its own loss (class weights, epoch schedule), its own
+optimizer, learning-rate schedule and sampler, stepped exactly as :func:`runner.train.fit.
+train_epoch` steps them, and its own record (:class:`runner.train.fit.Epochs`).
+
+The results equal training each head alone up to float32 summation order: a batched matmul
+adds a row's ``D`` products in another order than a single one (tests/test_stacked.py states
+and derives the tolerance). What cannot stack trains alone (:func:`why_not_stacked`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from runner.data import LongTailData
+from runner.signals import raise_if_stopped, stop_on_signals
+from runner.train.fit import Diverged, EpochResult, Epochs
+from runner.train.run import Parts, RunContext, flush
+from runner.train.state import TrainState, autocast, batches_per_epoch, total_epochs
+
+
+def why_not_stacked(run: RunContext) -> str | None:
+    """None when ``run`` can train as a stacked head; else why not, in a few words. A stacked
+    head is a plain linear classifier on cached features (``model.freeze=true``, no
+    augmentation, ``model.head=linear``), one stage (no cRT/LWS classifier epochs), a sampler
+    that yields indices (not whole batches), in one process, from the start of an epoch."""
+    parts, state = run.parts, run.parts.state
+    model = state.model
+    if parts.frozen is None:
+        return "not on cached features (model.freeze=true, trainer.augment=false)"
+    if parts.head != "linear" or not isinstance(getattr(model, "classifier", None), nn.Linear):
+        return f"model.head={parts.head}, not a linear head"
+    if not isinstance(getattr(model, "features", None), nn.Identity):
+        return "the model computes features itself"
+    if parts.trainer.classifier_epochs:
+        return "a classifier stage follows (trainer.classifier_epochs)"
+    if parts.sampler.batch_size:
+        return "the sampler draws whole batches"
+    if state.parallel is not None:
+        return "trained by several processes"
+    if state.batch:
+        return "stopped in the middle of an epoch"
+    return None
+
+
+def stack_key(run: RunContext) -> tuple[object, ...]:
+    """Runs with the same key can stack: the same epochs, batches and device; their models
+    share the feature and class dimensions (:func:`fit_stacked` checks that they also train on
+    the same features and labels)."""
+    parts = run.parts
+    classifier = parts.state.model.classifier
+    assert isinstance(classifier, nn.Linear)
+    return (
+        parts.device,
+        total_epochs(parts.trainer),
+        parts.trainer.batch_size,
+        len(parts.sampler),
+        batches_per_epoch(parts.sampler, parts.trainer.batch_size),
+        classifier.in_features,
+        classifier.out_features,
+        parts.state.epoch,
+    )
+
+
+def stack_groups(runs: Sequence[RunContext]) -> list[list[int]]:
+    """The indices of ``runs`` that can stack together, grouped: each one's :func:`stack_key`
+    alike, on equal features and labels (a backbone initialised from the run's seed gives each
+    seed its own features). Runs that :func:`why_not_stacked` refuses are in none."""
+    groups: list[list[int]] = []
+    for i, run in enumerate(runs):
+        if why_not_stacked(run) is not None:
+            continue
+        for group in groups:
+            first = runs[group[0]]
+            if stack_key(first) == stack_key(run) and _same_inputs(first, run):
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    return groups
+
+
+def _same_inputs(a: RunContext, b: RunContext) -> bool:
+    da, db = a.parts.data, b.parts.data
+    return torch.equal(da.train_x, db.train_x) and torch.equal(da.train_y, db.train_y)
+
+
+def share_inputs(run: RunContext, kept: list[RunContext]) -> None:
+    """Let ``run`` hold the data and frozen backbone of a run in ``kept`` that has equal ones
+    (every split's features and labels; the backbone's every tensor), instead of its own copy;
+    else add it to ``kept``. Many heads on one backbone then hold one copy of its features."""
+    parts = run.parts
+    for other in kept:
+        if _same_data(parts.data, other.parts.data) and _same_frozen(parts, other.parts):
+            parts.data, parts.frozen = other.parts.data, other.parts.frozen
+            return
+    kept.append(run)
+
+
+def _same_data(a: LongTailData, b: LongTailData) -> bool:
+    def same(x: object, y: object) -> bool:
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            return x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
+        return x is None and y is None
+
+    splits = ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y")
+    return a.class_names == b.class_names and all(
+        same(getattr(a, k), getattr(b, k)) for k in splits
+    )
+
+
+def _same_frozen(a: Parts, b: Parts) -> bool:
+    if a.frozen is None or b.frozen is None:
+        return a.frozen is b.frozen
+    sa, sb = a.frozen.backbone.state_dict(), b.frozen.backbone.state_dict()
+    return sa.keys() == sb.keys() and all(
+        sa[k].shape == sb[k].shape and torch.equal(sa[k], sb[k]) for k in sa
+    )
+
+
+@dataclass
+class _Head:
+    """One head's epoch under way: its run's parts, its order, its losses so far."""
+
+    state: TrainState
+    loss_fn: nn.Module
+    order: torch.Tensor  # (N,) the sampler's indices, as trained
+    losses: torch.Tensor  # (N,) unweighted per-sample losses
+    loss_sum: torch.Tensor
+    diverged: Diverged | None = None
+
+    @property
+    def linear(self) -> nn.Linear:
+        classifier = self.state.model.classifier
+        assert isinstance(classifier, nn.Linear)
+        return classifier
+
+
+def _start(run: RunContext, batch_size: int) -> _Head:
+    """Epoch ``state.epoch`` of ``run``: its sampler's order (the batch of one dropped as
+    :func:`runner.train.fit.train_epoch` drops it)."""
+    state = run.parts.state
+    state.sampler.set_epoch(state.epoch)
+    order = state.sampler.epoch_indices().reshape(-1)
+    if order.numel() % batch_size == 1 and order.numel() > 1:
+        order = order[:-1]
+    state.model.train(state.train_mode)
+    device = run.parts.device
+    zeros = torch.zeros(order.numel(), device=device)
+    return _Head(state, run.parts.loss_fn, order.to(device), zeros, torch.zeros((), device=device))
+
+
+def train_epoch_stacked(
+    runs: Sequence[RunContext], x: torch.Tensor, y: torch.Tensor, batch_size: int
+) -> list[EpochResult | Diverged]:
+    """One epoch of every run in ``runs`` (one :func:`stack_key`), on features ``x`` (N, D)
+    and labels ``y`` on their device: for each, what :func:`runner.train.fit.train_epoch` returns,
+    or the :class:`Diverged` it would raise (a diverged head stops; the others go on, their
+    gradients are their own)."""
+    heads = [_start(run, batch_size) for run in runs]
+    sizes = {head.order.numel() for head in heads}
+    if len(sizes) != 1:
+        raise ValueError(f"stacked heads drew epochs of different lengths: {sorted(sizes)}")
+    device = runs[0].parts.device
+    epoch = heads[0].state.epoch
+    for number, start in enumerate(range(0, sizes.pop(), batch_size)):
+        active = [head for head in heads if head.diverged is None]
+        if not active:
+            break
+        idx = torch.stack([head.order[start : start + batch_size] for head in active])
+        rows = x.index_select(0, idx.reshape(-1)).view(*idx.shape, x.shape[1])
+        weight = torch.stack([head.linear.weight for head in active])
+        bias = torch.stack([head.linear.bias for head in active])
+        with autocast(device):
+            logits = torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
+        total = logits.new_zeros(())
+        for h, head in enumerate(active):
+            weighted, ce = head.loss_fn(logits[h], y.index_select(0, idx[h]), epoch)
+            loss = weighted.mean()
+            total = total + loss
+            head.losses[start : start + idx.shape[1]] = ce.detach()
+            head.loss_sum += loss.detach() * idx.shape[1]
+        for head in active:
+            head.state.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        for head in active:
+            head.state.optimizer.step()
+            head.state.scheduler.step()
+            if not bool(torch.isfinite(head.loss_sum)):
+                done = head.losses[: start + idx.shape[1]]
+                before = done[: number * batch_size]
+                mean = float(before.mean()) if before.numel() else float("nan")
+                head.diverged = Diverged(epoch, number, mean)
+    return [_finish(head) for head in heads]
+
+
+def _finish(head: _Head) -> EpochResult | Diverged:
+    """The sampler's feedback and the state's next epoch, as the single-run loop ends one."""
+    if head.diverged is not None:
+        return head.diverged
+    state, losses = head.state, head.losses.cpu()
+    delivered = head.order.cpu()
+    state.sampler.update(delivered, losses)
+    state.epoch, state.batch, state.epoch_losses, state.epoch_loss_sum = (
+        state.epoch + 1,
+        0,
+        None,
+        None,
+    )
+    return EpochResult(float(head.loss_sum) / delivered.numel(), delivered, losses)
+
+
+def fit_stacked(runs: Sequence[RunContext]) -> list[BaseException | None]:
+    """:func:`runner.train.fit.fit` for every run of ``runs`` (one :func:`stack_key`, every one
+    :func:`why_not_stacked`-free), their heads trained at once; each run's epochs recorded as
+    ``fit`` records them, but checkpointed after the last epoch alone. Returns, per run, None or the error that ended it (a divergence's
+    user error); signals are held until an epoch of every head ends."""
+    if not runs:
+        return []
+    if stack_groups(runs) != [list(range(len(runs)))]:
+        raise ValueError("fit_stacked: runs that do not stack together (see stack_groups)")
+    # Heads on cached features train in seconds: checkpointed once, after the last epoch (a
+    # stop by a signal checkpoints every run where it stopped; runner.app.train_recorded).
+    epochs = [Epochs(run, checkpoint_every=0) for run in runs]
+    x, y = epochs[0].train_x.memory, epochs[0].train_y
+    assert x is not None and x.is_floating_point(), "cached features are a tensor in memory"
+    errors: list[BaseException | None] = [None] * len(runs)
+    batch_size = runs[0].parts.trainer.batch_size
+    with stop_on_signals(deferred=True):
+        while live := [i for i, run in enumerate(runs) if errors[i] is None and not _done(run)]:
+            results = train_epoch_stacked([runs[i] for i in live], x, y, batch_size)
+            for i, result in zip(live, results, strict=True):
+                try:
+                    if isinstance(result, Diverged):
+                        raise epochs[i].diverged(result) from result
+                    epochs[i].record(result)
+                except Exception as error:  # this run ends with it; the others go on
+                    errors[i] = error
+            raise_if_stopped()
+    for i, run in enumerate(runs):
+        if errors[i] is None:
+            flush(run.recorder)
+    return errors
+
+
+def _done(run: RunContext) -> bool:
+    return run.parts.state.epoch >= total_epochs(run.parts.trainer)

@@ -1,0 +1,126 @@
+"""Heads trained at once (runner.train.stacked) against each trained alone by the loop
+(runner.train.fit.fit): the same weights, the same records, up to float32 summation order.
+
+The tolerance, derived: the two paths differ only in the order a batched matmul adds each
+logit's D products and each gradient's B products, a few float32 ulps (2**-24 = 6e-8 relative)
+per value and step. Plain SGD on a convex loss with a learning rate that trains does not
+amplify a perturbation of the weights; momentum 0.9 sums at most 1 / (1 - 0.9) = 10 steps' worth.
+Over S optimizer steps the weights then differ by at most S * 10 * 6e-8 relative to their
+size: with S = 4 epochs * 10 batches (1,236 training rows, batches of 128), 2.4e-5. Losses,
+the sampler's feedback and what it then intends to draw follow the weights (the same bound).
+An accuracy changes only where two logits lie within that distance of each other, which these
+fixed seeds do not produce, so accuracies must be equal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner.build import build_parts
+from runner.tracking import Bystander
+from runner.train.fit import fit
+from runner.train.run import Progress, RunContext
+from runner.train.stacked import fit_stacked, stack_groups, why_not_stacked
+from tests.conftest import compose_config
+
+pytestmark = pytest.mark.slow  # 30 runs built and trained in this process
+
+EPOCHS = 4
+BATCHES = 10  # ceil(1236 / 128), checked below
+RELATIVE = EPOCHS * BATCHES * 10 * 2**-24  # the bound derived above
+# Candidates that exercise what stacking must keep per head: class weights (class_balanced),
+# per-sample feedback (hard_mined), a sampler that switches mid-run (drs), a post-hoc stage
+# after the last epoch (tau_norm), a schedule over epochs (progressive); two seeds each.
+JOBS = [
+    (method, seed)
+    for method in ("ce", "class_balanced", "hard_mined", "drs", "tau_norm", "progressive")
+    for seed in (0, 1)
+]
+
+
+class Rows(Bystander):
+    """A recorder that keeps every epoch's metrics, as the store would get them."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, name)
+        self.rows: dict[int, dict[str, float]] = {}
+
+    def log_metrics(self, metrics, step: int) -> None:
+        self.rows[step] = {k: float(v) for k, v in metrics.items()}
+
+
+def _runs(tmp_path: Path, jobs, extra=()) -> list[RunContext]:
+    base = [
+        "data.val_per_class=20",  # synthetic Gaussian clusters under a frozen random MLP
+        "model.freeze=true",
+        "trainer.augment=false",
+        "trainer.progress=false",
+        f"trainer.epochs={EPOCHS}",
+        "trainer.lr=0.05",
+        "trainer.checkpoint_every=0",
+        f"features.cache_dir={tmp_path / 'features'}",
+        *extra,
+    ]
+    runs = []
+    for job in jobs:
+        method, seed, *more = job
+        parts = build_parts(compose_config([*base, f"+method={method}", f"seed={seed}", *more]))
+        path = tmp_path / f"{method}-{seed}.pt"
+        runs.append(RunContext(parts, Rows(f"{method}-{seed}"), Progress(), path))
+    return runs
+
+
+def _weights(run: RunContext) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in run.parts.state.model.parameters()])
+
+
+def test_stacked_heads_train_as_each_alone(tmp_path):
+    alone, stacked = _runs(tmp_path, JOBS), _runs(tmp_path, JOBS)
+    assert len(alone[0].parts.data.train_y) == 1236
+    for run in alone:
+        fit(run)
+    groups = stack_groups(stacked)
+    # The random backbone is initialised from the seed: one group of six heads per seed.
+    assert groups == [[0, 2, 4, 6, 8, 10], [1, 3, 5, 7, 9, 11]]
+    for group in groups:
+        assert fit_stacked([stacked[i] for i in group]) == [None] * len(group)
+    for job, one, many in zip(JOBS, alone, stacked, strict=True):
+        w1, w2 = _weights(one), _weights(many)
+        assert (w1 - w2).abs().max() <= RELATIVE * w1.abs().max(), job
+        rows1, rows2 = one.recorder.rows, many.recorder.rows
+        assert sorted(rows1) == sorted(rows2) == list(range(1, EPOCHS + 1)), job
+        for epoch, metrics in rows1.items():
+            assert set(metrics) == set(rows2[epoch]), (job, epoch)
+            for key, value in metrics.items():
+                other = rows2[epoch][key]
+                if "accuracy" in key or "recall" in key:
+                    assert other == value, (job, epoch, key)
+                else:
+                    assert other == pytest.approx(value, rel=RELATIVE, abs=1e-12), (job, key)
+        assert one.progress.best_epoch == many.progress.best_epoch
+        assert one.parts.state.epoch == many.parts.state.epoch == EPOCHS
+
+
+def test_a_diverging_head_fails_alone_and_the_others_train_on(tmp_path):
+    jobs = [("ce", 0), ("ce", 0, "trainer.lr=1e38"), ("class_balanced", 0)]
+    alone, stacked = _runs(tmp_path, jobs), _runs(tmp_path, jobs)
+    errors = fit_stacked(stacked)
+    assert errors[0] is None and errors[2] is None
+    assert "trainer.lr=1e+38" in str(errors[1]) and "non-finite" in str(errors[1])
+    for i in (0, 2):
+        fit(alone[i])
+        assert (_weights(alone[i]) - _weights(stacked[i])).abs().max() <= RELATIVE * _weights(
+            alone[i]
+        ).abs().max()
+
+
+def test_what_cannot_stack_says_why(tmp_path):
+    crt, augmented = _runs(
+        tmp_path, [("crt", 0, "trainer.classifier_epochs=1"), ("ce", 0, "model.freeze=false")]
+    )
+    assert "classifier stage" in str(why_not_stacked(crt))
+    assert "cached features" in str(why_not_stacked(augmented))
+    assert stack_groups([crt, augmented]) == []
