@@ -41,7 +41,7 @@ from typing import Any
 
 from scripts import tables
 from scripts.artifacts import ROOT, export_runs
-from scripts.bench_race import race_record
+from scripts.bench_race import child_seconds, race_record
 
 ARCHIVE = ROOT.parent / "shared" / "data" / "cifar10" / "cifar10-jpeg.tar.gz"
 DATA = ROOT / "data"
@@ -164,16 +164,6 @@ def setting(name: str, common: list[str], uri: str, cache: Path) -> dict[str, An
             "record": record,
         },
     }
-
-
-def child_seconds(uri: str, parent: str) -> list[float]:
-    """How long each of a sweep's child runs took, start to end, as MLflow recorded them."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_run(parent).info.experiment_id
-    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent}'")
-    return [(r.info.end_time - r.info.start_time) / 1000 for r in children if r.info.end_time]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 recipe (``+experiment=digits data.val_per_class=20``), selection on validation.
 
     python -m scripts.bench_race [--store DIR] [--max-runs 36] [--grid PARENT_ID]
+    python -m scripts.bench_race --heads [--store DIR]
 
 1. the grid: every strategy on every seed (90 runs), one look at the end: its leader, and the
    strategies not separable from it (the race's rule at one look, alpha 0.05; also the report's
@@ -18,6 +19,15 @@ those leaders is the stricter reading, and both are recorded. Writes
 ``docs/results/digits_grid.json`` (the grid's runs) and ``docs/results/race_bench.json``, then
 renders the tables (:mod:`scripts.tables`). Both sweeps run with the basic launcher, one
 job at a time; CPU heavy (the grid took 522 s on 2 lightly loaded cores).
+
+``--heads`` measures instead what a race of heads on cached features costs
+(:data:`HEADS`: digits, a frozen resnet18 from its random initialisation, six candidates x
+three seeds, one round of 18 head runs), side by side in one invocation: the race with its heads
+stacked (the default), the same race one job at a time (``hydra.sweeper.stack_heads=false``,
+as before stacking), and a plain PyTorch loop that trains as many linear heads one by one on the
+same cached features (SGD as the trainer's defaults, cross-entropy, uniform batches, no
+record). The features are computed once, before any of them is timed. Writes
+``docs/results/race_heads_bench.json``.
 """
 
 from __future__ import annotations
@@ -41,6 +51,17 @@ from scripts.artifacts import values_of
 from scripts.race_tables import grid_decision
 
 LOADS: dict[str, list[float]] = {}
+HEADS = [
+    "data=digits_lt",
+    "data.val_per_class=20",
+    "model=torchvision",
+    "model.freeze=true",
+    "trainer.augment=false",
+    "trainer.progress=false",
+    "+method=ce,class_balanced,fixed_class,progressive,hard_mined,tau_norm",
+    "hydra/sweeper=race",
+    "hydra.sweeper.max_runs=18",
+]
 GRID = ["+experiment=digits", "seed=range(10)", "data.val_per_class=20"]
 OBJECTIVE = "val/balanced_accuracy"
 
@@ -72,6 +93,100 @@ def race_record(uri: str, parent: str) -> dict[str, Any]:
         return json.loads(Path(path).read_text())
 
 
+def child_seconds(uri: str, parent: str) -> list[float]:
+    """How long each of a sweep's child runs took, start to end, as MLflow recorded them."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_run(parent).info.experiment_id
+    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent}'")
+    return [(r.info.end_time - r.info.start_time) / 1000 for r in children if r.info.end_time]
+
+
+def plain_heads(folder: Path, seeds: Sequence[int], per_seed: int) -> float:
+    """Seconds a plain PyTorch loop takes to train ``per_seed`` linear heads one by one on each
+    seed's cached features (the race's, reused from ``folder``): the trainer's SGD and schedule,
+    cross-entropy, uniform batches of 128, 10 epochs, then the validation split predicted."""
+    import torch
+    from hydra import compose, initialize_config_dir
+
+    from runner.build import build_parts
+    from runner.config import CONF, register
+    from runner.train.state import lr_lambda
+
+    register()
+    overrides = [o for o in HEADS if not o.startswith(("hydra", "+method"))]
+    seconds = 0.0
+    for seed in seeds:
+        with initialize_config_dir(str(CONF), version_base="1.3"):
+            choice = [*overrides, "+method=ce", f"seed={seed}", f"features.cache_dir={folder}"]
+            cfg = compose("config", choice)
+        parts = build_parts(cfg)
+        x, y, trainer = parts.data.train_x, parts.data.train_y, parts.trainer
+        assert parts.data.val_x is not None
+        steps = -(-len(y) // trainer.batch_size)
+        started = time.perf_counter()
+        for _ in range(per_seed):
+            head = torch.nn.Linear(x.shape[1], parts.data.num_classes)
+            optimizer = torch.optim.SGD(
+                head.parameters(),
+                lr=trainer.lr,
+                momentum=trainer.momentum,
+                weight_decay=trainer.weight_decay,
+                nesterov=trainer.nesterov,
+            )
+            schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(trainer, steps))
+            for _ in range(trainer.epochs):
+                for idx in torch.randperm(len(y)).split(trainer.batch_size):
+                    loss = torch.nn.functional.cross_entropy(head(x[idx]), y[idx])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    schedule.step()
+            with torch.no_grad():
+                head(parts.data.val_x).argmax(1)
+        seconds += time.perf_counter() - started
+    return seconds
+
+
+def heads_bench(folder: Path) -> dict[str, Any]:
+    """:data:`HEADS` three ways (see the module's docstring); the figures as a dict."""
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    cache = folder / "features"
+    common = [*HEADS, f"features.cache_dir={cache}"]
+    warm = [o for o in common if not o.startswith(("hydra", "+method"))]
+    sweep([*warm, "+method=ce", "seed=0,1,2", "trainer.epochs=1"], uri, "heads-features", folder)
+    figures: dict[str, Any] = {"command_race": "python -m runner -m " + " ".join(HEADS)}
+    values = {}
+    for name, extra in (("one_by_one", ["hydra.sweeper.stack_heads=false"]), ("stacked", [])):
+        parent, seconds = sweep([*common, *extra], uri, f"heads-{name}", folder)
+        record = race_record(uri, parent)
+        values[name] = record["values"]
+        children = child_seconds(uri, parent)
+        figures[name] = {
+            "seconds": seconds,
+            "children_seconds": sum(children),
+            "runs": record["runs"],
+            "load": LOADS[f"heads-{name}"],
+        }
+    before = os.getloadavg()[0]
+    loop = plain_heads(cache, (0, 1, 2), 6)
+    figures["plain_loop"] = {"seconds": loop, "heads": 18, "load": [before, os.getloadavg()[0]]}
+    figures["largest_value_difference"] = max(
+        abs(float(v) - float(values["one_by_one"][c][s]))
+        for c, by_seed in values["stacked"].items()
+        for s, v in by_seed.items()
+    )
+    one, many = figures["one_by_one"], figures["stacked"]
+    figures["ratios"] = {
+        "race_wall_stacked_over_one_by_one": many["seconds"] / one["seconds"],
+        "children_stacked_over_one_by_one": many["children_seconds"] / one["children_seconds"],
+        "race_wall_stacked_over_plain_loop": many["seconds"] / loop,
+        "race_wall_one_by_one_over_plain_loop": one["seconds"] / loop,
+    }
+    return figures
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -81,9 +196,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--grid", metavar="PARENT_ID", help="reuse a finished grid sweep in the store"
     )
+    parser.add_argument(
+        "--heads", action="store_true", help="a race of heads on cached features, three ways"
+    )
     args = parser.parse_args(argv)
     folder = (args.store or Path(tempfile.mkdtemp(prefix="bench-race-"))).resolve()
     folder.mkdir(parents=True, exist_ok=True)
+    if args.heads:
+        figures = heads_bench(folder)
+        (tables.RESULTS / "race_heads_bench.json").write_text(json.dumps(figures, indent=1) + "\n")
+        print(
+            json.dumps({k: figures[k] for k in ("one_by_one", "stacked", "plain_loop", "ratios")})
+        )
+        return 0
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     print(f"store: {uri}", flush=True)
 

@@ -25,6 +25,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext
 from omegaconf import DictConfig, open_dict
 
+from experiments.race.driver import SEED
+
 log = logging.getLogger("runner")
 
 
@@ -68,10 +70,21 @@ class StackedLaunch:
 
     def __init__(self, context: HydraContext, config: DictConfig, launcher: Launcher) -> None:
         self.context, self.config, self.launcher = context, config, launcher
+        self.kinds: dict[tuple[str, ...], bool] = {}  # by candidate: are its jobs heads?
+
+    def _compose(self, overrides: list[str]) -> DictConfig:
+        return self.context.config_loader.load_sweep_config(self.config, overrides)
+
+    def _is_head(self, overrides: list[str]) -> bool:
+        """Whether the job trains a head on cached features: decided once per candidate (its
+        overrides but the seed), from its first job's composed config."""
+        candidate = tuple(o for o in overrides if not o.startswith(f"{SEED}="))
+        if candidate not in self.kinds:
+            self.kinds[candidate] = is_head_job(self._compose(overrides))
+        return self.kinds[candidate]
 
     def __call__(self, batch: list[list[str]], first: int) -> Sequence[JobReturn]:
-        configs = [self.context.config_loader.load_sweep_config(self.config, b) for b in batch]
-        heads = [i for i, c in enumerate(configs) if is_head_job(c)]
+        heads = [i for i, overrides in enumerate(batch) if self._is_head(overrides)]
         rest = [i for i in range(len(batch)) if i not in heads]
         returns: dict[int, JobReturn] = {}
         if rest:
@@ -79,47 +92,55 @@ class StackedLaunch:
             returns.update(zip(rest, others, strict=True))
         if heads:
             print(f"samplerlab race: {len(heads)} head runs on cached features at once", flush=True)
-            done = self._heads([configs[i] for i in heads], first)
+            done = self._heads([self._compose(batch[i]) for i in heads], first)
             returns.update(zip(heads, done, strict=True))
         return [returns[i] for i in range(len(batch))]
 
     def _heads(self, configs: list[DictConfig], first: int) -> list[JobReturn]:
-        from runner.app import Prepared
-
         prepared: list[JobReturn] = []
-        for number, config in enumerate(configs, start=first):
-            with open_dict(config):
-                config.hydra.job.id = number
-                config.hydra.job.num = number
-            prepared.append(
-                run_job(
-                    hydra_context=self.context,
-                    task_function=_prepare_task,
-                    config=config,
-                    job_dir_key="hydra.sweep.dir",
-                    job_subdir_key="hydra.sweep.subdir",
+        try:
+            for number, config in enumerate(configs, start=first):
+                with open_dict(config):
+                    config.hydra.job.id = number
+                    config.hydra.job.num = number
+                prepared.append(
+                    run_job(
+                        hydra_context=self.context,
+                        task_function=_prepare_task,
+                        config=config,
+                        job_dir_key="hydra.sweep.dir",
+                        job_subdir_key="hydra.sweep.subdir",
+                    )
                 )
-            )
-        ready = {
-            i: ret._return_value
-            for i, ret in enumerate(prepared)
-            if ret.status == JobStatus.COMPLETED and isinstance(ret._return_value, Prepared)
-        }
-        outcomes = _train(ready)
+        except BaseException as stop:  # a signal (run_job returns exceptions): end those opened
+            _train(_ready(prepared), stop)
+            raise
+        outcomes = _train(_ready(prepared))
         for i, ret in enumerate(prepared):
             if i in outcomes:
                 _finish(ret, outcomes[i])
         return prepared
 
 
-def _train(ready: dict[int, Any]) -> dict[int, Any]:
+def _ready(prepared: list[JobReturn]) -> dict[int, Any]:
+    """The jobs whose run is prepared (:class:`runner.app.Prepared`), by index."""
+    from runner.app import Prepared
+
+    return {
+        i: ret._return_value
+        for i, ret in enumerate(prepared)
+        if ret.status == JobStatus.COMPLETED and isinstance(ret._return_value, Prepared)
+    }
+
+
+def _train(ready: dict[int, Any], stop: BaseException | None = None) -> dict[int, Any]:
     """Train the prepared runs (:class:`runner.app.Prepared` by job index): those that stack,
     group by group; the rest alone. Returns each job's outcome: its objective, or the exception
-    it ended with. A stop by a signal ends every run (KILLED, checkpointed), then stops the
-    race."""
+    it ended with (the race reads a failure or a crash from it). Given ``stop``, or stopped by a
+    signal, every run ends with it (KILLED by a signal, checkpointed), and a signal is raised
+    again to stop the race."""
     from runner.app import train_recorded
     from runner.results import objective
-    from runner.signals import Interrupted
     from runner.train.stacked import fit_stacked, share_inputs, stack_groups
 
     indices = list(ready)
@@ -128,13 +149,12 @@ def _train(ready: dict[int, Any]) -> dict[int, Any]:
         share_inputs(ready[i].run, kept)  # one copy of the features per backbone
     runs = [ready[i].run for i in indices]
     trained: dict[int, BaseException | None] = {}
-    stop: Interrupted | None = None
     try:
-        for group in stack_groups(runs):
+        for group in stack_groups(runs) if stop is None else []:
             errors = fit_stacked([runs[g] for g in group])
             trained.update((indices[g], e) for g, e in zip(group, errors, strict=True))
-    except Interrupted as stopped:
-        stop = stopped
+    except BaseException as error:  # a signal, or a crash: every run ends with it
+        stop = error
     outcomes: dict[int, Any] = {}
     for i in indices:
         if stop is not None:
@@ -146,11 +166,11 @@ def _train(ready: dict[int, Any]) -> dict[int, Any]:
         try:
             results = _logged(partial(train_recorded, ready[i], train))
             outcomes[i] = objective(ready[i].cfg, results)
-        except Interrupted:
-            continue
         except Exception as error:
             outcomes[i] = error
-    if stop is not None:
+        except BaseException as signal:  # stopped: the runs after it end KILLED too
+            stop = stop or signal
+    if stop is not None and not isinstance(stop, Exception):
         raise stop
     return outcomes
 
