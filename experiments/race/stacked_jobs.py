@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from hydra.core.utils import JobReturn, JobStatus, run_job
+from hydra.core.utils import JobReturn, JobStatus, configure_log, run_job
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext
 from omegaconf import DictConfig, open_dict
@@ -97,7 +97,10 @@ class StackedLaunch:
         return [returns[i] for i in range(len(batch))]
 
     def _heads(self, configs: list[DictConfig], first: int) -> list[JobReturn]:
+        from runner.train.stacked import share_inputs
+
         prepared: list[JobReturn] = []
+        kept: list[Any] = []  # one copy of the features and backbone per backbone, as built
         try:
             for number, config in enumerate(configs, start=first):
                 with open_dict(config):
@@ -112,9 +115,14 @@ class StackedLaunch:
                         job_subdir_key="hydra.sweep.subdir",
                     )
                 )
+                for ready in _ready(prepared[-1:]).values():
+                    share_inputs(ready.run, kept)
         except BaseException as stop:  # a signal (run_job returns exceptions): end those opened
             _train(_ready(prepared), stop)
             raise
+        # As the basic launcher does after each job: the epochs' log lines of every head go
+        # to the sweep's log, not into the last prepared job's file.
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         outcomes = _train(_ready(prepared))
         for i, ret in enumerate(prepared):
             if i in outcomes:
@@ -141,12 +149,9 @@ def _train(ready: dict[int, Any], stop: BaseException | None = None) -> dict[int
     again to stop the race."""
     from runner.app import train_recorded
     from runner.results import objective
-    from runner.train.stacked import fit_stacked, share_inputs, stack_groups
+    from runner.train.stacked import fit_stacked, stack_groups
 
     indices = list(ready)
-    kept: list[Any] = []
-    for i in indices:
-        share_inputs(ready[i].run, kept)  # one copy of the features per backbone
     runs = [ready[i].run for i in indices]
     trained: dict[int, BaseException | None] = {}
     try:
