@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scripts.artifacts import load, markdown_table, values_of
+from scripts.race_replays import ORDERS, stored_replays
 
 if TYPE_CHECKING:
-    from experiments.race.race import Race
     from experiments.stats import Paired
 
 
@@ -192,36 +192,12 @@ def race_bench_table(folder: Path) -> str:
     return markdown_table(header, rows)
 
 
-ORDERS = 1000  # seed orders replayed: a share's binomial standard error is at most 1.6 points
-
-
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def order_replays(folder: Path, **settings: Any) -> tuple[dict[str, Any], list[Race]]:
-    """The benchmark's race replayed on the grid's values with its seeds in :data:`ORDERS`
-    random orders (seeded), by today's rule: the recorded race's candidates, ``min_seeds``,
-    ``max_seeds`` and ``alpha`` unless ``settings`` (:class:`RaceSettings` fields) say otherwise,
-    :class:`RaceSettings`' defaults for the rest. Returns the grid's record and the races."""
-    from functools import partial
-
-    from experiments.race.race import Race, seed_orders
-    from experiments.race.settings import RaceSettings
-
-    bench = load("race_bench", folder)
-    grid, record = bench["grid"], bench["race"]["record"]
-    values = values_of(load("digits_grid", folder), bench["objective"])
-    table = {(c, s): v for c, by_seed in values.items() for s, v in by_seed.items()}
-    chosen = RaceSettings(
-        **{**{k: record[k] for k in ("min_seeds", "max_seeds", "alpha")}, **settings}
-    )
-    race = partial(Race, record["candidates"], settings=chosen)
-    return grid, seed_orders(race, table, grid["seeds"], ORDERS)
-
-
 def race_orders_table(folder: Path) -> str:
-    """The benchmark's race replayed in :data:`ORDERS` seed orders (:func:`order_replays`) with
+    """The benchmark's race replayed in :data:`ORDERS` seed orders (:mod:`scripts.race_replays`) with
     no tolerance: how often its winner is the grid's leader or not separable from it, how often
     all it leaves is, and the runs it used; with the budget and without."""
     from collections import Counter
@@ -229,7 +205,8 @@ def race_orders_table(folder: Path) -> str:
     bench = load("race_bench", folder)
     rows = []
     for budget in (bench["race"]["max_runs"], None):
-        grid, races = order_replays(folder, max_runs=budget, delta=0.0)  # the rule alone
+        replay = "rule alone, budget" if budget else "rule alone, no budget"
+        grid, races = stored_replays(folder, replay)
         by_rule = set(grid["not_separable_race_rule"])
         winners = Counter(r.survivors[0] for r in races)
         runs = np.array([r.runs for r in races])
@@ -257,14 +234,14 @@ def race_orders_table(folder: Path) -> str:
 
 
 def race_certificate_table(folder: Path) -> str:
-    """The race with a tolerance, replayed in :data:`ORDERS` seed orders (:func:`order_replays`;
+    """The race with a tolerance, replayed in :data:`ORDERS` seed orders (:mod:`scripts.race_replays`;
     no budget but max_seeds): how often it certifies, how often the advised candidate is within
     delta of the grid's leader by its all-seed validation means, its certificate and its runs."""
     from experiments.race.race import CERTIFIED, ONE_LEFT
 
     rows = []
     for delta, min_seeds in ((0.0, 3), (1.0, 3), (2.0, 3), (2.0, 2)):
-        grid, races = order_replays(folder, min_seeds=min_seeds, delta=delta)
+        grid, races = stored_replays(folder, f"delta={delta:g} min_seeds={min_seeds}")
         means = grid["means"]
         runs = np.array([r.runs for r in races])
         loss = np.array([100 * (means[grid["leader"]] - means[r.advised]) for r in races])
@@ -301,13 +278,13 @@ def race_headline_table(folder: Path) -> str:
     from experiments.race.settings import RaceSettings
 
     budget = load("race_bench", folder)["race"]["max_runs"]
-    grid, races = order_replays(folder, max_runs=budget)
+    grid, races = stored_replays(folder, "defaults, budget")
     runs = np.mean([r.runs for r in races])
     winners = Counter(r.advised for r in races)
     left = Counter(frozenset(r.survivors) - {r.advised} for r in races)
     ((typical, count),) = left.most_common(1)
     typical_names = sorted(typical, key=lambda name: -grid["means"][name])
-    others = len(races[0].candidates) - 1
+    others = len(load("race_bench", folder)["race"]["record"]["candidates"]) - 1
     median = np.median([len(r.survivors) - 1 for r in races])
     rows = [
         [

@@ -8,6 +8,7 @@ written between markers in the Markdown files that show it::
 
     python -m scripts.tables                       # re-render every marked table
     python -m scripts.tables --check               # exit 1 when a committed table is stale
+    python -m scripts.tables --replay              # replay the race's seed orders first
     python -m scripts.tables --export digits_grid --parent RUN_ID --uri sqlite:///mlflow.db
 
 ``--export`` writes a sweep's finished runs (their headline ``final/`` and ``val/`` metrics,
@@ -25,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from scripts.artifacts import RESULTS, ROOT, export_runs, load, markdown_table, runs_of
+from scripts.race_replays import write_replays
 from scripts.race_tables import (
     race_bench_table,
     race_certificate_table,
@@ -196,6 +198,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--export", metavar="NAME", help="write docs/results/NAME.json first")
     parser.add_argument("--parent", help="the sweep's parent run id (with --export)")
     parser.add_argument("--uri", help="the store (default: the project's mlflow.db)")
+    parser.add_argument(
+        "--replay",
+        action="store_true",
+        help="replay the race's seed orders into docs/results/race_orders.json first (a minute)",
+    )
     args = parser.parse_args(argv)
     if args.export:
         if not args.parent:
@@ -203,6 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = RESULTS / f"{args.export}.json"
         path.write_text(json.dumps(export_runs(args.uri, args.parent), indent=1) + "\n")
         print(f"wrote {path}")
+    if args.replay:
+        print(f"wrote {write_replays()}")
     if args.check:
         old = stale()
         for path in old:

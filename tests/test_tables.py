@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from experiments.report import build_report
 from experiments.store import child_runs, get_run, open_store
-from scripts import tables
+from scripts import race_replays, tables
 
 pytestmark = pytest.mark.unit  # in one process, seconds
 
@@ -22,6 +22,37 @@ def test_the_committed_tables_match_their_artifacts():
         m.group("name") for p in tables.documents() for m in tables.MARKER.finditer(p.read_text())
     }
     assert {"race-rule", "race-bench", "race-rounds", "digits-test", "digits-val"} <= shown
+
+
+# Orders replayed again of each stored setting: 7 x 25 races, a few seconds; any change of the
+# rule that alters a race shows in its first orders in practice (every order replays the same
+# rounds with other seeds first).
+RECHECKED_ORDERS = 25
+
+
+def test_the_stored_seed_order_replays_are_todays_rule():
+    """The tables read the race's replays from ``race_orders.json``: they are what today's rule
+    gives on today's artifacts (the first orders replayed again, compared exactly)."""
+    for name, settings in race_replays.expected_settings().items():
+        _, stored = race_replays.stored_replays(race_replays.RESULTS, name)
+        assert len(stored) == race_replays.ORDERS
+        again = race_replays.replay_setting(race_replays.RESULTS, settings, RECHECKED_ORDERS)
+        assert again == stored[:RECHECKED_ORDERS], f"{name}: run python -m scripts.tables --replay"
+
+
+def test_replays_of_other_inputs_or_settings_are_refused(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(tables.RESULTS, results)
+    race_replays.stored_replays(results, "defaults, budget")  # as committed: read
+    stored = json.loads((results / "race_orders.json").read_text())
+    stored["replays"]["defaults, budget"]["settings"]["alpha"] = 0.1
+    (results / "race_orders.json").write_text(json.dumps(stored))
+    with pytest.raises(race_replays.StaleReplays, match="other settings"):
+        race_replays.stored_replays(results, "defaults, budget")
+    grid = results / "digits_grid.json"
+    grid.write_text(grid.read_text().replace("0.", "0.0", 1))
+    with pytest.raises(race_replays.StaleReplays, match="--replay"):
+        race_replays.stored_replays(results, "defaults, budget")
 
 
 def test_tables_are_written_between_their_markers_only(tmp_path):
