@@ -10,7 +10,8 @@ round's prepared runs train as stacked heads, one group per backbone and feature
 order), and each run records its results and ends as it would alone
 (:func:`runner.app.train_recorded`). What builds to something else (a dataset with no
 augmentation to cache around, a cosine head, a sampler of whole batches) trains alone in this
-process; every other job goes to the configured launcher.
+process; every other job goes to the configured launcher. Only with a launcher that runs jobs
+on this machine (:data:`LOCAL_LAUNCHERS`; :func:`stacks_here`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,21 @@ from omegaconf import DictConfig, open_dict
 from experiments.race.driver import SEED
 
 log = logging.getLogger("runner")
+
+
+# Launchers that run the jobs on this machine: there the sweep's process may train them itself.
+# A remote launcher (Ray, Slurm) keeps every job, heads included, where it sends them.
+LOCAL_LAUNCHERS = (
+    "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
+    "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+)
+
+
+def stacks_here(config: DictConfig) -> bool:
+    """Whether a race with this multirun config trains its heads at once in this process:
+    ``hydra.sweeper.stack_heads`` and a launcher that runs jobs on this machine."""
+    hydra = config.hydra
+    return bool(hydra.sweeper.stack_heads) and str(hydra.launcher._target_) in LOCAL_LAUNCHERS
 
 
 def is_head_job(config: DictConfig) -> bool:

@@ -141,9 +141,9 @@ class RaceSweeper(Sweeper):
         def launch(batch: list[list[str]], first: int) -> Any:
             return launcher.launch(batch, initial_job_idx=first)
 
-        if settings.stack_heads:
-            from experiments.race.stacked_jobs import StackedLaunch
+        from experiments.race.stacked_jobs import StackedLaunch, stacks_here
 
+        if stacks_here(self.config):
             launch = StackedLaunch(self.hydra_context, self.config, launcher)
         race, keys, returns = driver.run(
             plan,
