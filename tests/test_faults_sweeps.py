@@ -55,11 +55,14 @@ def test_a_stopped_sweep_leaves_no_run_running_and_resume_finishes_it(
     parent = next(r for r in runs if r.data.tags.get("sweep") == "parent")
     assert parent.info.status == "KILLED" and f"resume={parent.info.run_id}" in log.read_text()
 
-    resume = f"resume={parent.info.run_id}"  # the launcher's jobs again: from a real process
-    run_cli(*command, resume, cwd=tmp_path, uri=tracking_uri, multirun=True, fresh=True)
+    # Resumed in this process, one job after the other (Hydra's basic launcher): what resume
+    # does is the jobs' own; the stop above was the launcher's part.
+    resume = f"resume={parent.info.run_id}"
+    run_cli(*SWEEP, resume, cwd=tmp_path, uri=tracking_uri, multirun=True)
     after = client.search_runs([experiment.experiment_id])
     assert len(after) == 3 and {r.info.status for r in after} == {"FINISHED"}
     for child in after:
         if child.info.run_id != parent.info.run_id:
+            assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
             steps = [m.step for m in client.get_metric_history(child.info.run_id, "train/loss")]
             assert steps == [1, 2, 3, 4, 5]  # continued, not restarted, no epoch twice
