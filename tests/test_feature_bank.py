@@ -14,10 +14,9 @@ from omegaconf import OmegaConf
 
 from runner.build import build, build_model, freeze
 from runner.data import LongTailData
-from runner.train import features as features_module
 from runner.train.features import extract
 from runner.train.feed import Feed, place
-from runner.train.heap import _glibc, kept_heap
+from runner.train.heap import glibc
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.unit
@@ -132,7 +131,7 @@ print(kept, mapped, reused)
 """
 
 
-@pytest.mark.skipif(_glibc() is None, reason="kept_heap changes glibc's malloc only")
+@pytest.mark.skipif(glibc() is None, reason="kept_heap changes glibc's malloc only")
 def test_large_allocations_kept_between_batches_fault_far_less():
     """Thirty 64 MiB buffers allocated, touched and freed in turn (as an extraction's batches
     do with their activations): glibc maps each afresh, 16,384 pages faulted in each time,
@@ -148,7 +147,7 @@ def test_large_allocations_kept_between_batches_fault_far_less():
     assert int(reused) < int(mapped) / 2, (reused, mapped)
 
 
-def test_keeping_the_heap_changes_no_feature(monkeypatch):
+def test_keeping_the_heap_changes_no_feature():
     """Extraction with the heap kept (the default) and without: the same features, bit for bit."""
     torch.manual_seed(0)
     backbone = torch.nn.Sequential(
@@ -156,6 +155,5 @@ def test_keeping_the_heap_changes_no_feature(monkeypatch):
     ).eval()
     images = torch.rand(300, 3, 48, 48)  # two batches, activations above 32 MiB each
     kept, digests = extract(backbone, Feed(images, CPU))
-    monkeypatch.setattr(features_module, "kept_heap", lambda: kept_heap(enabled=False))
-    plain, again = extract(backbone, Feed(images, CPU))
+    plain, again = extract(backbone, Feed(images, CPU), keep_heap=False)
     assert torch.equal(kept, plain) and digests == again and kept.shape == (300, 64, 1, 1)

@@ -310,13 +310,14 @@ def extract(
     order: torch.Tensor | None = None,
     on_batch: Callable[[], None] = lambda: None,
     engine: OnnxRuntime | None = None,
+    keep_heap: bool = True,
 ) -> tuple[torch.Tensor, list[bytes]]:
     """``backbone``'s features of the rows ``order`` (default: all) of ``feed`` (converted as a
     training batch is), in that order, as float32 on the CPU; and the :func:`row_digests` of
     what it was fed. ``on_batch`` runs after each batch (a lock's beat). ``engine`` computes
-    the batches after the first when it agrees with torch on the first. Large allocations are
-    kept between batches (:func:`runner.train.heap.kept_heap`): the same numbers, fewer page
-    faults."""
+    the batches after the first when it agrees with torch on the first. With ``keep_heap``,
+    large allocations are kept between batches (:func:`runner.train.heap.kept_heap`): the same
+    numbers, fewer page faults."""
     order = torch.arange(len(feed)) if order is None else order
     chunks: list[torch.Tensor] = []
     digests: list[bytes] = []
@@ -336,7 +337,7 @@ def extract(
 
     forward: Forward = torch_forward
     try:
-        with kept_heap(), torch.inference_mode(), autocast(feed.device):
+        with kept_heap(keep_heap), torch.inference_mode(), autocast(feed.device):
             for batch in feed.batches(order, EXTRACT_BATCH):
                 digests += row_digests(batch)
                 out = forward(batch)

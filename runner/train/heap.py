@@ -27,10 +27,10 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
 DEFAULT_MMAP_MAX = 65536
 DEFAULT_TRIM_THRESHOLD = 128 * 1024
-NO_TRIM = 2**31 - 1  # mallopt takes an int
+NO_TRIM = -1  # never (mallopt(3): -1 disables trimming; 2**31 - 1, an int's most, is only 2 GiB)
 
 
-def _glibc() -> ctypes.CDLL | None:
+def glibc() -> ctypes.CDLL | None:
     if platform.libc_ver()[0] != "glibc":
         return None
     name = ctypes.util.find_library("c")
@@ -41,7 +41,7 @@ def _glibc() -> ctypes.CDLL | None:
 def kept_heap(enabled: bool = True) -> Iterator[bool]:
     """Within the block, large allocations come from a heap that is not trimmed (see the
     module); yields whether that is so (False: not glibc, or not ``enabled``)."""
-    libc = _glibc() if enabled else None
+    libc = glibc() if enabled else None
     if libc is None:
         yield False
         return
