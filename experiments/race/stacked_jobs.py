@@ -87,8 +87,14 @@ class StackedLaunch:
     def __init__(self, context: HydraContext, config: DictConfig, launcher: Launcher) -> None:
         self.context, self.config, self.launcher = context, config, launcher
         self.kinds: dict[tuple[str, ...], bool] = {}  # by candidate: are its jobs heads?
+        self.composed: dict[tuple[str, ...], DictConfig] = {}  # a head job's, until it runs
 
     def _compose(self, overrides: list[str]) -> DictConfig:
+        """The job's config, as the launcher composes it (once: the one :meth:`_is_head`
+        composed is taken, not composed again)."""
+        kept = self.composed.pop(tuple(overrides), None)
+        if kept is not None:
+            return kept
         return self.context.config_loader.load_sweep_config(self.config, overrides)
 
     def _is_head(self, overrides: list[str]) -> bool:
@@ -96,7 +102,10 @@ class StackedLaunch:
         overrides but the seed), from its first job's composed config."""
         candidate = tuple(o for o in overrides if not o.startswith(f"{SEED}="))
         if candidate not in self.kinds:
-            self.kinds[candidate] = is_head_job(self._compose(overrides))
+            config = self._compose(overrides)
+            self.kinds[candidate] = is_head_job(config)
+            if self.kinds[candidate]:
+                self.composed[tuple(overrides)] = config
         return self.kinds[candidate]
 
     def __call__(self, batch: list[list[str]], first: int) -> Sequence[JobReturn]:
