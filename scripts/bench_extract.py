@@ -126,11 +126,74 @@ def measure(run: Any) -> tuple[torch.Tensor, dict[str, float]]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def variants(model: torch.nn.Module, images: torch.Tensor) -> tuple[dict[str, Any], float | None]:
+    """The extractions to time (each a call giving the features of ``images``), and the
+    seconds of ONNX Runtime's one-off export and session (None: the onnx extra is missing)."""
     from runner.extras import installed
     from runner.train.features import extract
     from runner.train.feed import Feed
-    from runner.train.onnx_engine import OnnxRuntime, difference
+    from runner.train.onnx_engine import OnnxRuntime
+
+    unit = ([0.0] * 3, [1.0] * 3)  # pretrained: x / 255; the model standardises itself
+
+    def feed(x: torch.Tensor = images) -> Feed:
+        return Feed(x, torch.device("cpu"), unit, 0)
+
+    extract(model, feed(images[:16]))  # kernels chosen once, before any row is timed
+    chosen: dict[str, Any] = {
+        "torch, mapped": lambda: extract(model, feed(), keep_heap=False)[0],
+        "torch, kept": lambda: extract(model, feed())[0],
+    }
+    if not (installed("onnxruntime") and installed("onnxscript")):
+        return chosen, None
+    runtime = OnnxRuntime(Path(tempfile.mkdtemp(prefix="bench-extract-")), print)
+    started = time.perf_counter()  # the export and the session, on 16 images
+    extract(model, feed(images[:16]), engine=runtime)
+    chosen["onnxruntime, kept"] = lambda: extract(model, feed(), engine=runtime)[0]
+    return chosen, time.perf_counter() - started
+
+
+def fastest(
+    chosen: dict[str, Any], repeats: int
+) -> dict[str, tuple[torch.Tensor, dict[str, float]]]:
+    """Each extraction's features and figures in its fastest of ``repeats`` passes (every other
+    pass in reverse order: no row always goes first)."""
+    best: dict[str, tuple[torch.Tensor, dict[str, float]]] = {}
+    for repeat in range(repeats):
+        for name in list(chosen)[:: -1 if repeat % 2 else 1]:
+            features, used = measure(chosen[name])
+            print(name, json.dumps(used), flush=True)
+            if name not in best or used["seconds"] < best[name][1]["seconds"]:
+                best[name] = (features, used)
+    return best
+
+
+def table_rows(
+    best: dict[str, tuple[torch.Tensor, dict[str, float]]], flop: float, peak: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The table's rows: rates, faults, CPU time, share of ``peak``, difference from row 1."""
+    from runner.train.onnx_engine import difference
+
+    reference = next(iter(best.values()))[0]
+    rows = []
+    for name, (features, used) in best.items():
+        rate = len(features) / used["seconds"]
+        rows.append(
+            {
+                "variant": name,
+                "img_per_s": rate,
+                "faults_per_image": used["faults"] / len(features),
+                "user_s": used["user"],
+                "sys_s": used["sys"],
+                "share_of_peak": rate * flop / (peak["gflops"] * 1e9),
+                "difference": difference(reference, features),
+            }
+        )
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from runner.train.features import EXTRACT_BATCH
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=1024, help="images (a multiple of 10)")
@@ -145,48 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     images = images_from(args.archive, args.images)
     model, weights = backbone(args.size)
-    flop = flop_per_image(model, images.shape[1:])
-    peak = nominal_peak()
-    unit = ([0.0] * 3, [1.0] * 3)  # pretrained: x / 255; the model standardises itself
-
-    def feed() -> Feed:
-        return Feed(images, torch.device("cpu"), unit, 0)
-
-    extract(model, Feed(images[:16], torch.device("cpu"), unit, 0))  # kernels chosen, once
-    variants: dict[str, Any] = {
-        "torch, mapped": lambda: extract(model, feed(), keep_heap=False)[0],
-        "torch, kept": lambda: extract(model, feed())[0],
-    }
-    export_seconds = None
-    if installed("onnxruntime") and installed("onnxscript"):
-        runtime = OnnxRuntime(Path(tempfile.mkdtemp(prefix="bench-extract-")), print)
-        started = time.perf_counter()  # the one-off export and session, on 16 images
-        extract(model, Feed(images[:16], torch.device("cpu"), unit, 0), engine=runtime)
-        export_seconds = time.perf_counter() - started
-        variants["onnxruntime, kept"] = lambda: extract(model, feed(), engine=runtime)[0]
-    best: dict[str, tuple[torch.Tensor, dict[str, float]]] = {}
-    for repeat in range(args.repeats):  # every other pass in reverse: no row always goes first
-        for name in list(variants)[:: -1 if repeat % 2 else 1]:
-            features, used = measure(variants[name])
-            print(name, json.dumps(used), flush=True)
-            if name not in best or used["seconds"] < best[name][1]["seconds"]:
-                best[name] = (features, used)
-    reference = best["torch, mapped"][0]
-    rows = []
-    for name in variants:
-        features, used = best[name]
-        rate = len(images) / used["seconds"]
-        rows.append(
-            {
-                "variant": name,
-                "img_per_s": rate,
-                "faults_per_image": used["faults"] / len(images),
-                "user_s": used["user"],
-                "sys_s": used["sys"],
-                "share_of_peak": rate * flop / (peak["gflops"] * 1e9),
-                "difference": difference(reference, features),
-            }
-        )
+    flop, peak = flop_per_image(model, images.shape[1:]), nominal_peak()
+    chosen, export_seconds = variants(model, images)
+    rows = table_rows(fastest(chosen, args.repeats), flop, peak)
     summary = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "command": "python -m scripts.bench_extract "
@@ -194,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "images": len(images),
         "repeats": args.repeats,
         "size": args.size,
-        "batch": 256,
+        "batch": EXTRACT_BATCH,
         "weights": weights,
         "gflop_per_image": flop / 1e9,
         "peak": peak,
