@@ -61,8 +61,8 @@ $(FRAMEWORKS_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[frameworks]'
 	touch $(FRAMEWORKS_STAMP)
 
-test: install install-frameworks install-system  ## the test suite (three processes on two cores: many tests wait on servers and signals; a module stays in one)
-	$(PY) -m pytest -q -n 3 --dist loadfile
+test: install install-frameworks install-system  ## the test suite (three processes on two cores: many tests wait on servers and signals; each test to the next free one)
+	$(PY) -m pytest -q -n 3 --dist loadgroup
 
 test-quick: install  ## the unit tests alone (in one process, about a minute)
 	$(PY) -m pytest -q -n 2 -m unit
@@ -70,10 +70,7 @@ test-quick: install  ## the unit tests alone (in one process, about a minute)
 lint: install install-frameworks  ## ruff lint and format check; mypy (strict on samplers/, runner/ and the plugin)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy --strict samplers
-	# strict less what untyped third-party code forces: calls into torch, MLflow, timm (no stubs)
-	$(VENV)/bin/mypy --strict --no-warn-return-any --allow-untyped-calls --allow-subclassing-any runner hydra_plugins
-	$(VENV)/bin/mypy experiments scripts
+	$(VENV)/bin/mypy  # every package, each as strict as pyproject.toml's [tool.mypy] says
 
 docs: install  ## the manual (mkdocs.yml, docs/): mkdocs build --strict into site/, offline
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site

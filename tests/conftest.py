@@ -72,42 +72,57 @@ def compose_config(overrides: list[str]) -> DictConfig:
         return compose(config_name="config", overrides=overrides)
 
 
-# The files that take longest (``pytest --durations``, slowest first), run first: under ``-n 3
-# --dist loadfile`` a file stays in one worker, and a long file begun last would run on alone
-# while the other workers idle. xdist would otherwise start the files with the most tests first.
+# The files that take longest (``pytest --durations``, slowest first), collected first: under
+# ``-n 3 --dist loadgroup`` each test goes to the next free worker, in this order, so the long
+# ones start at once rather than last, when they would run on alone while the others idle.
 LONGEST_FIRST = (
-    "test_race_processes",
-    "test_server",
-    "test_cli_launchers",
     "test_faults_sweeps",
     "test_resume",
-    "test_tables",
-    "test_race",
-    "test_ddp",
-    "test_tau_norm_selection",
+    "test_server",
+    "test_cli_launchers",
     "test_errors",
     "test_faults",
-    "test_browser",
+    "test_race_processes",
+    "test_ddp",
     "test_frameworks",
-    "test_samplers_checkpoint",
+    "test_race",
+    "test_tau_norm_selection",
+    "test_report",
+    "test_browser",
+    "test_docs",
+    "test_backbones",
     "test_prefixes",
-    "test_wheel",
+)
+# Files whose tests share a module-scoped fixture that is slow to build (a server, a sweep, a
+# process group): their tests stay together in one worker, which builds it once.
+SHARED_FIXTURE = (
+    "test_browser",
+    "test_ddp",
+    "test_frameworks",
+    "test_multilabel_run",
+    "test_report",
+    "test_resume",
+    "test_server",
 )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """xdist distributes the files in the order collected (:func:`pytest_collection_modifyitems`)."""
+    """xdist hands out the tests in the order collected (:func:`pytest_collection_modifyitems`)."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test is of a kind: the marker closest to it (a test's own over its module's).
-    The longest files first (:data:`LONGEST_FIRST`), the others as collected."""
+    The longest files first (:data:`LONGEST_FIRST`), the others as collected; the tests of a
+    file in :data:`SHARED_FIXTURE` in one xdist group."""
     unmarked = [
         item.nodeid for item in items if not any(m.name in KINDS for m in item.iter_markers())
     ]
     if unmarked:
         raise pytest.UsageError(f"tests without a kind marker {KINDS}: {unmarked[:5]}")
+    for item in items:
+        if item.path.stem in SHARED_FIXTURE:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
     rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: files stay whole
