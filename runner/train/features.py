@@ -52,6 +52,7 @@ from runner.train.state import autocast
 # changes a row's numbers), since the key names the backbone, not the way it is run.
 FORMAT = 4
 EXTRACT_BATCH = 256  # samples per backbone forward pass while computing features
+CHECK_ROWS = 16  # rows torch computes to check another engine (features.engine) against
 LOCK_WAIT_S = 1800.0  # the longest a job waits for another computing the same features
 SPLITS = ("train", "val", "test")
 
@@ -315,7 +316,7 @@ def extract(
     """``backbone``'s features of the rows ``order`` (default: all) of ``feed`` (converted as a
     training batch is), in that order, as float32 on the CPU; and the :func:`row_digests` of
     what it was fed. ``on_batch`` runs after each batch (a lock's beat). ``engine`` computes
-    the batches after the first when it agrees with torch on the first. With ``keep_heap``,
+    the rows after the first :data:`CHECK_ROWS` when it agrees with torch on those. With ``keep_heap``,
     large allocations are kept between batches (:func:`runner.train.heap.kept_heap`): the same
     numbers, fewer page faults."""
     order = torch.arange(len(feed)) if order is None else order
@@ -340,10 +341,13 @@ def extract(
         with kept_heap(keep_heap), torch.inference_mode(), autocast(feed.device):
             for batch in feed.batches(order, EXTRACT_BATCH):
                 digests += row_digests(batch)
-                out = forward(batch)
-                if engine is not None and len(chunks) == 0:
-                    forward = engine.choose(backbone, batch, out, torch_forward)
-                chunks.append(out.float().cpu())
+                if engine is not None and not chunks:  # torch's first rows judge the engine
+                    probe = batch[:CHECK_ROWS]
+                    chunks.append(torch_forward(probe).float().cpu())
+                    forward = engine.choose(backbone, probe, chunks[0], torch_forward)
+                    batch = batch[CHECK_ROWS:]
+                if len(batch):
+                    chunks.append(forward(batch).float().cpu())
                 on_batch()
     finally:
         if channels_last:

@@ -4,10 +4,10 @@ CPU, when it gives the same features as torch.
 The backbone (its input adapter and resize included: ``torch.onnx.export``'s exporter writes
 the antialiased bilinear resize as ONNX's ``Resize`` with ``antialias=1``, the same formula) is
 exported once per backbone identity and input shape, into its feature bank's folder, and run
-with ``intra_op_num_threads`` = torch's threads. Every extraction checks it on its first batch
-against torch's own features of that batch: :func:`difference` within :data:`TOLERANCE`, else
-(or when the backbone cannot be exported, or the session cannot run the batch) one line says
-why and torch computes the rest. Nothing else changes: the rows are stored in the same bank,
+with ``intra_op_num_threads`` = torch's threads. Every extraction checks it against torch's own
+features of its first rows (:data:`runner.train.features.CHECK_ROWS`): :func:`difference`
+within :data:`TOLERANCE`, else (or when the backbone cannot be exported, or the session cannot
+run them) one line says why and torch computes the rest. Nothing else changes: the rows are stored in the same bank,
 since within the tolerance they are the same features (EfficientNet-Lite0 at 224 px, ImageNet
 weights: 8.3e-6 on 1,020 CIFAR-10 images, ``python -m scripts.bench_extract``).
 
@@ -60,7 +60,7 @@ def difference(reference: torch.Tensor, other: torch.Tensor) -> float:
 
 
 class OnnxRuntime:
-    """The ``onnxruntime`` engine of one extraction: :meth:`choose` after the first batch."""
+    """The ``onnxruntime`` engine of one extraction: :meth:`choose` on the first rows."""
 
     def __init__(self, folder: Path, say: Callable[[str], None]) -> None:
         self.folder = folder
@@ -74,8 +74,9 @@ class OnnxRuntime:
         reference: torch.Tensor,
         torch_forward: Forward,
     ) -> Forward:
-        """ONNX Runtime's forward when it computes ``reference`` (torch's features of ``batch``)
-        within :data:`TOLERANCE`; else ``torch_forward``, after one line saying why."""
+        """ONNX Runtime's forward when it computes ``reference`` (torch's features of ``batch``,
+        a few rows) within :data:`TOLERANCE`; else ``torch_forward``, after one line saying
+        why."""
         if batch.device.type != "cpu" or batch.dtype != torch.float32:
             self._say(
                 "features: features.engine=onnxruntime runs float32 on the CPU; computing "
@@ -95,7 +96,7 @@ class OnnxRuntime:
         if gap > TOLERANCE:
             self._say(
                 f"features: features.engine=onnxruntime differs from torch by {gap:.1e} "
-                f"(relative; tolerance {TOLERANCE:.0e}) on the first batch; computing them "
+                f"(relative; tolerance {TOLERANCE:.0e}) on the first rows; computing them "
                 "with torch"
             )
             return torch_forward
