@@ -91,6 +91,7 @@ def test_ctrl_c_stops_a_sweep_and_resume_finishes_it(tmp_path, tracking_uri):
         "trainer.batch_size=16",
         "trainer.progress=false",
         "tracking.plots=false",
+        "tracking.log_model=false",
     ]
     log = tmp_path / "sweep.log"
     process = start_cli(*sweep, cwd=tmp_path, log=log, uri=tracking_uri, multirun=True)
@@ -124,7 +125,8 @@ def test_ctrl_c_stops_a_sweep_and_resume_finishes_it(tmp_path, tracking_uri):
 
 def test_two_sweeps_on_a_new_store_keep_their_parents(tmp_path):
     uri = f"sqlite:///{tmp_path / 'new.db'}"  # not migrated yet: both processes race for it
-    sweep = ["sampler=uniform,weighted", "trainer.epochs=1", "tracking.plots=false"]
+    quiet = ["trainer.epochs=1", "tracking.plots=false", "tracking.log_model=false"]
+    sweep = ["sampler=uniform,weighted", *quiet]
 
     def one(_: int):  # two processes: one store, two migrations racing
         return run_cli(*sweep, cwd=tmp_path, uri=uri, multirun=True, fresh=True)

@@ -42,7 +42,6 @@ pytestmark = [
 ]
 
 SERVER = [sys.executable, "-m", "runner.tracking.server"]
-TINY = ["trainer.epochs=1", "trainer.progress=false", "tracking.plots=false", "data.n_max=100"]
 
 
 @dataclass(frozen=True)
@@ -100,61 +99,43 @@ def sweep(url: str, folder: Path, *overrides: str) -> Sweep:
     return Sweep(process, folder)
 
 
-def test_a_joblib_sweep_into_a_postgres_backed_server(server, tmp_path):
-    sweep(
-        server.url,
-        tmp_path / "sweep",
-        "hydra.launcher.n_jobs=2",
-        "sampler=uniform,hard_mined",
-        "trainer.epochs=2",
-        "trainer.progress=false",
-        "tracking.experiment=one-sweep",
-    ).finished()
-    client = MlflowClient(server.url)
-    experiment = client.get_experiment_by_name("one-sweep").experiment_id
-    runs = client.search_runs([experiment])
-    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert parent.info.status == "FINISHED" and len(runs) == 3
-    assert sorted(c.info.run_name for c in children) == [
-        "hard_mined-synthetic_lt-s0",
-        "uniform-synthetic_lt-s0",
-    ]
-    for child in children:
-        run_id = child.info.run_id
-        assert child.info.status == "FINISHED" and child.data.params["trainer.epochs"] == "2"
-        for key in ("train/loss", "test/balanced_accuracy", "sampling/target/class_9"):
-            assert [m.step for m in client.get_metric_history(run_id, key)] == [1, 2], key
-        assert "final/balanced_accuracy" in child.data.metrics
-        artifacts = {a.path for a in client.list_artifacts(run_id)}
-        assert {
-            "config.yaml",
-            "classification_report.txt",
-            "confusion_matrix.png",
-            "sampled_class_shares.png",
-            "checkpoint",
-        } <= artifacts
-        png = client.download_artifacts(run_id, "confusion_matrix.png", str(tmp_path))
-        assert Path(png).read_bytes()[:4] == b"\x89PNG"
-    # Artifacts went through the server into its own folder.
-    assert list((server.folder / "artifacts").rglob("checkpoint.pt"))
-
-
 def test_sweeps_at_once_into_a_fresh_experiment_finish_every_job(server, tmp_path):
-    """Two sweeps of four jobs each, at once (two joblib workers each: four jobs at a time),
+    """Two joblib sweeps of four jobs each, at once (two workers each: four jobs at a time),
     into one new experiment: their parents create it together, their jobs log the same new
-    datasets together, and one sweep's jobs register their models under one name together.
+    datasets together, and one sweep's jobs register their models under one name together;
+    the other's record everything a run records (every epoch's metrics, the figures, the
+    checkpoint) through the server into its own artifact folder.
     Each round into a new experiment, so that every creation races again: one round in the
     suite (a round takes minutes on two cores; the forced-conflict tests below make the race
     certain), more with SAMPLERLAB_SERVER_ROUNDS=10."""
     client = MlflowClient(server.url)
     for round_ in range(int(os.environ.get("SAMPLERLAB_SERVER_ROUNDS", "1"))):
         name, model = f"at-once-{round_}", f"at-once-model-{round_}"
-        common = ["hydra.launcher.n_jobs=2", "sampler=uniform,weighted", "seed=0,1", *TINY]
-        common.append(f"tracking.experiment={name}")
+        common = [
+            "hydra.launcher.n_jobs=2",
+            "seed=0,1",
+            "trainer.progress=false",
+            "data.n_max=100",
+            f"tracking.experiment={name}",
+        ]
         sweeps = [
-            sweep(server.url, tmp_path / f"{round_}-a", *common, "tracking.log_model=false"),
-            sweep(server.url, tmp_path / f"{round_}-b", *common, f"tracking.register={model}"),
+            sweep(
+                server.url,
+                tmp_path / f"{round_}-a",
+                *common,
+                "sampler=uniform,hard_mined",
+                "trainer.epochs=2",
+                "tracking.log_model=false",
+            ),
+            sweep(
+                server.url,
+                tmp_path / f"{round_}-b",
+                *common,
+                "trainer.epochs=1",
+                "tracking.plots=false",
+                "sampler=uniform,weighted",
+                f"tracking.register={model}",
+            ),
         ]
         for started in sweeps:
             started.finished()
@@ -177,6 +158,34 @@ def test_sweeps_at_once_into_a_fresh_experiment_finish_every_job(server, tmp_pat
         }
         assert sorted(int(v.version) for v in versions) == [1, 2, 3, 4]
         assert {v.run_id for v in versions} == registering and len(registering) == 4
+        full = [c for c in children if c.data.params["trainer.epochs"] == "2"]
+        assert sorted(c.info.run_name for c in full) == [
+            f"{sampler}-synthetic_lt-s{seed}"
+            for sampler in ("hard_mined", "uniform")
+            for seed in (0, 1)
+        ]
+        for child in full:
+            _check_full_record(client, child.info.run_id, tmp_path)
+    # Artifacts went through the server into its own folder.
+    assert list((server.folder / "artifacts").rglob("checkpoint.pt"))
+
+
+def _check_full_record(client: MlflowClient, run_id: str, tmp_path: Path) -> None:
+    """A two-epoch run's record through the server: every epoch's metrics, the final metrics,
+    the figures (whole PNG files), the report and the checkpoint."""
+    for key in ("train/loss", "test/balanced_accuracy", "sampling/target/class_9"):
+        assert [m.step for m in client.get_metric_history(run_id, key)] == [1, 2], key
+    assert "final/balanced_accuracy" in client.get_run(run_id).data.metrics
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {
+        "config.yaml",
+        "classification_report.txt",
+        "confusion_matrix.png",
+        "sampled_class_shares.png",
+        "checkpoint",
+    } <= artifacts
+    png = client.download_artifacts(run_id, "confusion_matrix.png", str(tmp_path))
+    assert Path(png).read_bytes()[:4] == b"\x89PNG"
 
 
 # --- the conflict made certain: another job's insert held open ------------------------------
