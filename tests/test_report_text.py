@@ -87,30 +87,36 @@ def test_the_console_table_picks_its_columns_by_name(metrics_reordered):
     assert row in text.splitlines()
 
 
+def unseeded_report() -> str:
+    """The report of runs without a seed (five of one sampler, three of another)."""
+    from experiments.report import build_report, markdown
+
+    runs = [_in_memory("uniform", None, 0.1 * i, run_id=f"u{i}") for i in range(1, 6)]
+    runs += [_in_memory("hybrid", None, 0.1 * i, run_id=f"h{i}") for i in range(1, 4)]
+    return markdown(build_report(runs, "t", plots=False))
+
+
 def test_runs_without_a_seed_are_reported_alike_in_every_process():
     """A run without a seed is a row's sample of its own that pairs with nothing, and the order
-    of such runs is the same whatever the process's str-hash salt (PYTHONHASHSEED)."""
+    of such runs is the same whatever the process's str-hash salt (PYTHONHASHSEED): this
+    process's and another's with a salt of its own (importing the report there: about 10 s)."""
     from tests.conftest import ROOT
 
-    code = (
-        "from tests.test_report_text import _in_memory\n"
-        "from experiments.report import build_report, markdown\n"
-        "runs = [_in_memory('uniform', None, 0.1 * i, run_id=f'u{i}') for i in range(1, 6)]\n"
-        "runs += [_in_memory('hybrid', None, 0.1 * i, run_id=f'h{i}') for i in range(1, 4)]\n"
-        "print(markdown(build_report(runs, 't', plots=False)))\n"
+    salt = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
+    other = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from tests.test_report_text import unseeded_report as r; print(r())",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONHASHSEED": salt},
+        timeout=120,
     )
-    processes = [  # side by side: each imports the report (about 10 s)
-        subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONHASHSEED": salt},
-        )
-        for salt in ("1", "2")
-    ]
-    reports = [p.communicate(timeout=120)[0] for p in processes]
-    assert [p.returncode for p in processes] == [0, 0]
+    assert other.returncode == 0, other.stderr[-3000:]
+    reports = [unseeded_report(), other.stdout.removesuffix("\n")]
     assert reports[0] == reports[1]
     assert "| uniform | 5 |" in reports[0] and "| hybrid | 3 |" in reports[0]
     assert "hybrid vs uniform on balanced accuracy: no seed in common" in reports[0]
