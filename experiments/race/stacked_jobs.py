@@ -160,9 +160,9 @@ def _ready(prepared: list[JobReturn]) -> dict[int, Any]:
     from runner.app import Prepared
 
     return {
-        i: ret._return_value
+        i: ret.return_value
         for i, ret in enumerate(prepared)
-        if ret.status == JobStatus.COMPLETED and isinstance(ret._return_value, Prepared)
+        if ret.status == JobStatus.COMPLETED and isinstance(ret.return_value, Prepared)
     }
 
 
