@@ -276,3 +276,34 @@ def test_heads_on_cached_features_race_at_once_as_one_by_one(tmp_path, tracking_
         assert steps == [1, 2], name
     verdict = re.compile(r"samplerlab race: use .*")
     assert verdict.findall(stacked.stdout) == verdict.findall(alone.stdout)
+
+
+def test_a_stacked_head_that_diverges_is_out_and_the_others_race_on(tmp_path, tracking_uri):
+    """Heads stacked: the head whose loss turns non-finite ends FAILED with its reason (its
+    gradients were its own), the others train to the end; the race reads the failure as it
+    reads one from a job run alone."""
+    done = race(
+        [
+            "trainer.lr=0.05,1e38",
+            "model.freeze=true",
+            "trainer.augment=false",
+            "trainer.epochs=2",
+            "hydra.sweeper.min_seeds=2",
+            "hydra.sweeper.max_seeds=2",
+            f"features.cache_dir={tmp_path / 'features'}",
+            *QUICK,
+            f"tracking.uri={tracking_uri}",
+        ],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "4 head runs on cached features at once" in done.stdout
+    assert "diverged at epoch 1" in done.stdout
+    _, parent, children = sweep_runs(tracking_uri)
+    status = {(r.data.params["trainer.lr"], r.data.params["seed"]): r for r in children}
+    for seed in ("0", "1"):
+        failed = status[("1e+38", seed)]
+        assert failed.info.status == "FAILED"
+        assert failed.data.tags["failure"].startswith("diverged at epoch 1")
+        assert status[("0.05", seed)].info.status == "FINISHED"
+    assert parent.data.tags["advice/advised"] == "0.05"
