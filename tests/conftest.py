@@ -82,6 +82,7 @@ LONGEST_FIRST = (
     "test_cli_launchers",
     "test_errors",
     "test_faults",
+    "test_faults_checkpoints",
     "test_race_processes",
     "test_ddp",
     "test_frameworks",
@@ -98,6 +99,7 @@ LONGEST_FIRST = (
 SHARED_FIXTURE = (
     "test_browser",
     "test_ddp",
+    "test_faults_checkpoints",
     "test_frameworks",
     "test_multilabel_run",
     "test_report",

@@ -1,13 +1,12 @@
-"""Faults during a run, through the real CLI: a tracking server lost mid-run, a checkpoint that
-cannot be read or written, stores that are not MLflow's (a sweep stopped while its jobs run in
-other processes: tests/test_faults_sweeps.py). Each asserts the exit code, at most three lines,
+"""Faults during a run, through the real CLI: a tracking server lost mid-run, stores that are not
+MLflow's (a checkpoint that cannot be read or written: tests/test_faults_checkpoints.py; a sweep
+stopped while its jobs run in other processes: tests/test_faults_sweeps.py). Each asserts the exit code, at most three lines,
 no traceback, and the store and files before and after."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from runner.tracking.server import QUIET_SERVER, free_port, wait_until_healthy
 from tests.helpers.cli import environment, run_cli, run_python, start_cli, wait_for
-from tests.test_resume import history, only_run
+from tests.test_resume import history
 
 pytestmark = pytest.mark.slow  # the CLI end to end, training, signals
 
@@ -123,84 +122,6 @@ def test_a_lost_server_stops_the_run_in_seconds_and_resume_loses_no_step(tmp_pat
     assert steps["train/loss"] == list(range(1, 9))  # no epoch lost, none logged twice
     assert steps["test/balanced_accuracy"] == list(range(1, 9))
     assert steps["final/balanced_accuracy"] == [8]
-
-
-# --- checkpoints ---------------------------------------------------------------------------
-
-# The default width: a checkpoint (about 2.3 MB) larger than the store.
-STOPPED = ["data=digits_lt", "model=small_cnn", "trainer.epochs=4", *QUICK]
-
-
-@pytest.fixture
-def killed_run(tmp_path, tracking_uri):
-    """A run stopped by SIGTERM in its second epoch: KILLED, with a checkpoint."""
-    log = tmp_path / "run.log"
-    process = start_cli(*STOPPED, "trainer.batch_size=16", cwd=tmp_path, log=log, uri=tracking_uri)
-    wait_for(log, "epoch 1/4", process)
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
-    client, run = only_run(tracking_uri)
-    assert run.info.status == "KILLED"
-    return client, run, Path(run.data.tags["checkpoint"])
-
-
-def test_an_unreadable_checkpoint_is_one_line_and_the_run_stays_as_it_was(
-    killed_run, tmp_path, tracking_uri
-):
-    """Truncated, then a torch file that is not a checkpoint: each refused in one line."""
-    import torch
-
-    client, run, checkpoint = killed_run
-    before = history(client, run.info.run_id)
-    damages = {
-        "truncated": lambda: checkpoint.write_bytes(checkpoint.read_bytes()[:1000]),
-        "not_a_checkpoint": lambda: torch.save({"weights": torch.zeros(3)}, checkpoint),
-    }
-    for damage, apply in damages.items():
-        apply()
-        done = run_cli(
-            f"resume={run.info.run_id}", cwd=tmp_path, uri=tracking_uri, timeout=120, expect=2
-        )
-        lines = said(done.stderr)
-        assert "Traceback" not in done.stderr, (damage, done.stderr)
-        assert len(lines) <= 3 and str(checkpoint) in done.stderr, (damage, lines)
-        _, after = only_run(tracking_uri)
-        assert after.info.status == "KILLED"  # nothing was resumed: not reopened, not FAILED
-        assert history(client, run.info.run_id) == before
-
-
-def _file_size_limit(limit: int):
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    return apply
-
-
-def test_a_checkpoint_that_cannot_be_written_fails_the_run_and_keeps_the_previous_one(
-    killed_run, tmp_path, tracking_uri
-):
-    """A file-size limit makes the write fail as a full disk does (the OS refuses the bytes):
-    the resumed run's next checkpoint cannot be written."""
-    client, run, checkpoint = killed_run
-    kept = digest(checkpoint)
-    store = Path(tracking_uri.removeprefix("sqlite:///")).stat().st_size
-    limit = (checkpoint.stat().st_size + store) // 2  # room for the store, not the checkpoint
-    assert store * 1.3 < limit
-    done = run_cli(
-        f"resume={run.info.run_id}",
-        cwd=tmp_path,
-        uri=tracking_uri,
-        timeout=120,
-        expect=2,
-        preexec_fn=_file_size_limit(limit),
-    )
-    lines = said(done.stderr)
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert len(lines) <= 3 and str(checkpoint.parent) in lines[0] and "MiB" in lines[0], lines
-    assert digest(checkpoint) == kept  # the previous checkpoint, untouched
-    assert not list(checkpoint.parent.glob(".*.tmp"))  # no temporary file left filling the disk
-    _, after = only_run(tracking_uri)
-    assert after.info.status == "FAILED"
 
 
 # --- stores that are not ours --------------------------------------------------------------
