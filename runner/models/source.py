@@ -92,10 +92,22 @@ def _parts(homes: list[types.ModuleType]) -> dict[str, bytes]:
     return parts
 
 
-def _imported(source: bytes, package: str) -> list[str]:
+# What each source imports, by its content's digest and package: a race digests the same
+# backbone's code once per job, and parsing its modules is most of that work.
+_IMPORTS: dict[tuple[bytes, str], tuple[str, ...]] = {}
+
+
+def _imported(source: bytes, package: str) -> tuple[str, ...]:
     """The absolute names of the modules that the ``import`` statements of ``source`` (a module
     of ``package``) may import: each ``import a.b``'s ``a.b``, each ``from m import n``'s ``m``
     and ``m.n`` (``n`` may be a submodule), relative ones resolved against ``package``."""
+    key = (hashlib.blake2b(source, digest_size=16).digest(), package)
+    if key not in _IMPORTS:
+        _IMPORTS[key] = tuple(_parsed_imports(source, package))
+    return _IMPORTS[key]
+
+
+def _parsed_imports(source: bytes, package: str) -> list[str]:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):  # not Python after all: its bytes alone are the digest
