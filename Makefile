@@ -84,8 +84,9 @@ bench-features: install  ## a frozen ImageNet-pretrained EfficientNet-Lite0 on C
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) -m scripts.bench_features
 
-bench-race: install  ## the race against the full 90-run digits grid, and the published-recipe race as before lean children and shared prefixes, with lean children alone, and as now (CPU heavy: the grid alone ~12 min on 2 cores); writes docs/results/
+bench-race: install  ## the race against the full 90-run digits grid; the race with stacked heads, one job at a time and a plain loop of as many heads; the published-recipe race as before lean children and shared prefixes, with lean children alone, and as now (CPU heavy: the grid alone ~12 min on 2 cores); writes docs/results/
 	$(PY) -m scripts.bench_race
+	$(PY) -m scripts.bench_race --heads
 	$(PY) -m scripts.bench_prefixes
 
 tables: install  ## re-render every results table in docs/ from docs/results/*.json

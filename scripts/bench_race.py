@@ -50,6 +50,7 @@ from experiments.race.race import Race, replay
 from experiments.race.settings import RaceSettings
 from scripts import tables
 from scripts.artifacts import values_of
+from scripts.race_replays import write_replays
 from scripts.race_tables import grid_decision
 
 LOADS: dict[str, list[float]] = {}
@@ -280,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
     }
     (tables.RESULTS / "race_bench.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"wrote {write_replays()}")  # the seed-order tables replay the new grid
     for path in tables.write():
         print(f"rendered tables in {path.relative_to(tables.ROOT)}")
     share = record["runs"] / len(table)
