@@ -252,8 +252,8 @@ class Tracker:
         is written (then raises :class:`Interrupted`): a run must not stay RUNNING because
         torchrun stopped this rank after another one failed."""
         RunStatus.from_string(status)  # rejects anything else
-        self.flush()
-        with held():
+        with held():  # the held rows too: a signal while they are sent would leave it RUNNING
+            self.flush()
             self.client.set_terminated(self.run_id, status=status)
 
     def where(self) -> str:
