@@ -12,7 +12,7 @@ PORT   ?= 5000
 JOBS   ?= 4
 NPROC  ?= 2
 
-.PHONY: help install install-frameworks install-browser install-server install-system run sweep study advise paper ddp test test-quick lint docs bench bench-features bench-race tables report ui server gpu-check clean
+.PHONY: help install install-frameworks install-browser install-server install-system run sweep study advise paper ddp test test-quick lint docs bench bench-extract bench-features bench-race tables report ui server gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -79,6 +79,10 @@ bench: install  ## sampler speed vs torch and pytorch-metric-learning; the DataL
 	$(PY) -m scripts.bench
 	$(PY) -m scripts.bench_data
 	$(PY) -m scripts.bench_loop
+
+bench-extract: install  ## feature extraction: img/s, page faults and the share of the CPU's fp32 peak, torch (heap freed / kept) and onnxruntime side by side (~5 min on 2 cores); writes docs/results/extract_bench.md
+	$(PY) -m pip install --quiet -e '.[bench,onnx]'
+	$(PY) -m scripts.bench_extract
 
 bench-features: install  ## a frozen ImageNet-pretrained EfficientNet-Lite0 on CIFAR-10-LT: features once, head runs, the race; beside random weights (CPU heavy: ~40 min on 2 cores); writes docs/results/
 	$(PY) -m pip install --quiet -e '.[bench]'

@@ -20,7 +20,7 @@ import platformdirs
 ENV = "SAMPLERLAB_CACHE"
 # Each cache: its folder under the root, and what it holds (for `samplerlab cache list`).
 KINDS = {
-    "features": "a frozen backbone's features, one file per split (model.freeze=true)",
+    "features": "a frozen backbone's features, a bank per backbone with a row per image (model.freeze=true)",
     "prefixes": "a sweep's shared training snapshots (removed when the sweep finishes)",
     "images": "an image folder's decoded images, one file per folder (data=image_folder_lt)",
 }

@@ -31,6 +31,7 @@ T = TypeVar("T")
 @dataclass
 class FeaturesConfig:
     cache_dir: str | None = MISSING
+    engine: str = MISSING
 
 
 @dataclass

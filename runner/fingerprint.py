@@ -36,6 +36,7 @@ RUNTIME_KEYS = (
     "data.in_memory",
     "data.memory_budget_gb",
     "features.cache_dir",
+    "features.engine",  # onnxruntime gives torch's features within 1e-4; the bank shares them
     "prefixes.share",  # a run forked from a shared prefix is bit-identical to one trained alone
     "prefixes.cache_dir",
 )
@@ -58,6 +59,7 @@ ADDED_RUNTIME_KEYS = (
     "tracking.per_class_max",
     "tracking.system_metrics",
     "features.cache_dir",
+    "features.engine",
     "prefixes.share",
     "prefixes.cache_dir",
 )

@@ -12,6 +12,7 @@ pytestmark = pytest.mark.unit
 WITH_EXAMPLES = (
     "runner.files",
     "runner.train.decoupled",
+    "runner.train.feature_bank",
     "runner.train.features",
     "runner.train.recorder",
     "runner.train.stages",

@@ -162,10 +162,14 @@ def test_every_imported_package_is_declared():
     default, the frameworks' integrations with their extras."""
     extras = PROJECT["optional-dependencies"]
     default = declared(PROJECT["dependencies"])
-    # data=hf imports datasets after runner.extras.require names its extra.
+    # data=hf imports datasets, features.engine=onnxruntime ONNX Runtime, each after
+    # runner.extras.require names its extra.
     assert 'require("datasets", "hf"' in (ROOT / "runner" / "data" / "hf.py").read_text()
+    engine = (ROOT / "runner" / "train" / "onnx_engine.py").read_text()
+    assert 'require(module, "onnx"' in engine and '("onnxruntime", "onnxscript")' in engine
+    optional = declared([*extras["hf"], *extras["onnx"]])
     for package in ("runner", "experiments", "hydra_plugins"):
-        assert imported_packages(package) - default - declared(extras["hf"]) == set(), package
+        assert imported_packages(package) - default - optional == set(), package
     frameworks = declared(
         [r for name in ("lightning", "accelerate", "transformers") for r in extras[name]]
     )
