@@ -43,9 +43,10 @@ _BATCH = 100  # MLflow accepts at most 100 params and 1000 metrics per log_batch
 # the same datasets first, which the next try finds and links; another conflict needs yet
 # another job to commit one of the rest in between, so a few tries settle any sweep.
 CONFLICT_RETRIES = 3
-# How long a run holds a metric row before it sends it with all it holds: a slow epoch is still
-# sent as it ends (a watcher sees the run progress), a fast run's epochs go in one batch. Rows held are in every checkpoint
-# (:meth:`runner.train.run.RunContext.checkpoint_payload`), so a resumed run sends them.
+# How long after its last send a run sends the metric rows it holds: an epoch slower than that
+# is sent as it ends (a watcher sees the run progress), a fast run's epochs go in one batch. Rows
+# held are in every checkpoint (:meth:`runner.train.run.RunContext.checkpoint_payload`), so a
+# resumed run sends them.
 FLUSH_SECONDS = 10.0
 T = TypeVar("T")
 
@@ -78,7 +79,7 @@ class Tracker:
         self.run_id, self.run_name = run.info.run_id, run.info.run_name
         self.experiment_id = run.info.experiment_id
         self.unsent: list[Row] = []  # metric rows not sent yet (:meth:`flush`)
-        self.unsent_since = 0.0  # when the oldest of them was logged (time.monotonic)
+        self.last_sent = time.monotonic()  # when rows were last sent (or the run opened)
 
     @classmethod
     def start(
@@ -136,13 +137,11 @@ class Tracker:
                 raise StoreLost.during(self.uri, what, error, unlogged or []) from error
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Hold the rows; send all held rows once the oldest has waited :data:`FLUSH_SECONDS`
-        (:meth:`flush` sends them at once)."""
+        """Hold the rows; send all held rows when :data:`FLUSH_SECONDS` have passed since the
+        last send (an epoch slower than that is sent as it ends; :meth:`flush` sends at once)."""
         now = int(time.time() * 1000)
-        if not self.unsent:
-            self.unsent_since = time.monotonic()
         self.unsent.extend((k, float(v), now, step) for k, v in metrics.items())
-        if time.monotonic() - self.unsent_since >= FLUSH_SECONDS:
+        if time.monotonic() - self.last_sent >= FLUSH_SECONDS:
             self.flush()
 
     def pending(self) -> list[Row]:
@@ -152,6 +151,7 @@ class Tracker:
     def flush(self) -> None:
         """Send the held metric rows; a lost store raises :class:`StoreLost` carrying them."""
         rows, self.unsent = self.unsent, []
+        self.last_sent = time.monotonic()
         if rows:
             self.log_rows(rows)
 
@@ -253,8 +253,10 @@ class Tracker:
         torchrun stopped this rank after another one failed."""
         RunStatus.from_string(status)  # rejects anything else
         with held():  # the held rows too: a signal while they are sent would leave it RUNNING
-            self.flush()
-            self.client.set_terminated(self.run_id, status=status)
+            try:
+                self.flush()
+            finally:  # rows the store refused do not keep the run from its status
+                self.client.set_terminated(self.run_id, status=status)
 
     def where(self) -> str:
         ui = browse_command(self.uri)
