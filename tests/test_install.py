@@ -112,6 +112,11 @@ def test_samplers_import_with_torch_alone():
     )
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["failed"] == {}, report
+    # Not even asked for (a guarded import would pass the line above, refused in silence): the
+    # runner's stack and the frameworks, which only samplers.integrations' own modules import.
+    stack = {"runner", "hydra", "omegaconf", "mlflow", "sklearn", "lightning", "pytorch_lightning"}
+    stack |= {"accelerate", "torchdata", "transformers"}
+    assert not stack & set(report["refused"]), report
 
 
 def test_the_bare_interpreter_refuses_what_torch_does_not_bring():
