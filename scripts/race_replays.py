@@ -7,10 +7,10 @@ rule change, not every time the tables are checked::
 
     python -m scripts.tables --replay      # replay, store, then re-render the tables
 
-The stored file names its inputs (a digest of the grid's and the benchmark's artifacts) and the
-settings each replay ran with; a table refuses a file replayed from other inputs or settings, and
-``tests/test_tables.py`` replays the first orders of every setting again and compares them with
-the stored ones, so a change of the rule cannot leave the tables showing the old rule's figures.
+The stored file names its inputs (a digest of the grid's and the benchmark's artifacts and of the
+race's code) and the settings each replay ran with; a table refuses a file replayed from other
+inputs, code or settings (``python -m scripts.tables --check`` fails), and ``tests/test_tables.py``
+replays the first orders of every setting again and compares them with the stored ones.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from scripts.artifacts import RESULTS, load, values_of
+from scripts.artifacts import RESULTS, ROOT, load, values_of
 
 ORDERS = 1000  # seed orders replayed: a share's binomial standard error is at most 1.6 points
 NAME = "race_orders"
@@ -65,10 +65,18 @@ def _settings(record: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]
     return {k: chosen[k] for k in RULE_FIELDS}
 
 
+# The race's code the replays ran: a change of the rule changes what is stored.
+RULE_SOURCES = ("race.py", "rule.py", "settings.py")
+
+
 def _inputs_digest(folder: Path) -> str:
+    """A digest of what the replays are a function of: the grid's and the benchmark's
+    artifacts and the race's code (:data:`RULE_SOURCES`)."""
     digest = hashlib.sha256()
     for name in ("race_bench", "digits_grid"):
         digest.update((folder / f"{name}.json").read_bytes())
+    for source in RULE_SOURCES:
+        digest.update((ROOT / "experiments" / "race" / source).read_bytes())
     return digest.hexdigest()
 
 
@@ -142,7 +150,9 @@ def stored_replays(folder: Path, name: str) -> tuple[dict[str, Any], list[Replay
     stored = load(NAME, folder)
     fix = "run python -m scripts.tables --replay"
     if stored["inputs"] != _inputs_digest(folder):
-        raise StaleReplays(f"{NAME}.json was replayed from other grid or benchmark files: {fix}")
+        raise StaleReplays(
+            f"{NAME}.json was replayed from other grid or benchmark files or race code: {fix}"
+        )
     expected = expected_settings(folder)[name]
     if stored["replays"][name]["settings"] != expected:
         raise StaleReplays(f"{NAME}.json replayed {name!r} with other settings: {fix}")

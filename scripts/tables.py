@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from scripts.artifacts import RESULTS, ROOT, export_runs, load, markdown_table, runs_of
-from scripts.race_replays import write_replays
+from scripts.race_replays import StaleReplays, write_replays
 from scripts.race_tables import (
     race_bench_table,
     race_certificate_table,
@@ -212,13 +212,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {path}")
     if args.replay:
         print(f"wrote {write_replays()}")
-    if args.check:
-        old = stale()
-        for path in old:
-            print(f"stale tables in {path.relative_to(ROOT)}: run python -m scripts.tables")
-        return 1 if old else 0
-    for path in write():
-        print(f"rendered tables in {path.relative_to(ROOT)}")
+    try:
+        if args.check:
+            old = stale()
+            for path in old:
+                print(f"stale tables in {path.relative_to(ROOT)}: run python -m scripts.tables")
+            return 1 if old else 0
+        for path in write():
+            print(f"rendered tables in {path.relative_to(ROOT)}")
+    except StaleReplays as error:
+        print(error, file=sys.stderr)
+        return 1
     return 0
 
 

@@ -55,10 +55,13 @@ def test_a_stopped_sweep_leaves_no_run_running_and_resume_finishes_it(
     parent = next(r for r in runs if r.data.tags.get("sweep") == "parent")
     assert parent.info.status == "KILLED" and f"resume={parent.info.run_id}" in log.read_text()
 
-    # Resumed in this process, one job after the other (Hydra's basic launcher): what resume
-    # does is the jobs' own; the stop above was the launcher's part.
+    # submitit's jobs resume in processes of their own again, from a real one (a sweep under it
+    # that ends); joblib's in this process, one after the other (Hydra's basic launcher): what
+    # resume does is the jobs' own, the stop above was the launcher's part.
     resume = f"resume={parent.info.run_id}"
-    run_cli(*SWEEP, resume, cwd=tmp_path, uri=tracking_uri, multirun=True)
+    again = command if launcher == "submitit_local" else SWEEP
+    fresh = launcher == "submitit_local"
+    run_cli(*again, resume, cwd=tmp_path, uri=tracking_uri, multirun=True, fresh=fresh)
     after = client.search_runs([experiment.experiment_id])
     assert len(after) == 3 and {r.info.status for r in after} == {"FINISHED"}
     for child in after:

@@ -158,6 +158,14 @@ def test_sweeps_at_once_into_a_fresh_experiment_finish_every_job(server, tmp_pat
         }
         assert sorted(int(v.version) for v in versions) == [1, 2, 3, 4]
         assert {v.run_id for v in versions} == registering and len(registering) == 4
+        parents = [r.info.run_id for r in runs if r.data.tags.get("sweep") == "parent"]
+        by_parent = {
+            p: [c for c in children if c.data.tags["mlflow.parentRunId"] == p] for p in parents
+        }
+        assert sorted(len(c) for c in by_parent.values()) == [4, 4]  # each sweep's jobs its own
+        for own in by_parent.values():
+            assert len({c.data.tags["sampler"] for c in own} | {"uniform"}) == 2
+            assert len({c.data.params["trainer.epochs"] for c in own}) == 1
         full = [c for c in children if c.data.params["trainer.epochs"] == "2"]
         assert sorted(c.info.run_name for c in full) == [
             f"{sampler}-synthetic_lt-s{seed}"

@@ -44,14 +44,16 @@ def test_replays_of_other_inputs_or_settings_are_refused(tmp_path):
     results = tmp_path / "results"
     shutil.copytree(tables.RESULTS, results)
     race_replays.stored_replays(results, "defaults, budget")  # as committed: read
-    stored = json.loads((results / "race_orders.json").read_text())
+    committed = (results / "race_orders.json").read_text()
+    stored = json.loads(committed)
     stored["replays"]["defaults, budget"]["settings"]["alpha"] = 0.1
     (results / "race_orders.json").write_text(json.dumps(stored))
     with pytest.raises(race_replays.StaleReplays, match="other settings"):
         race_replays.stored_replays(results, "defaults, budget")
+    (results / "race_orders.json").write_text(committed)
     grid = results / "digits_grid.json"
     grid.write_text(grid.read_text().replace("0.", "0.0", 1))
-    with pytest.raises(race_replays.StaleReplays, match="--replay"):
+    with pytest.raises(race_replays.StaleReplays, match="other grid or benchmark files"):
         race_replays.stored_replays(results, "defaults, budget")
 
 
