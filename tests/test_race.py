@@ -225,6 +225,16 @@ def test_race_children_log_no_model_and_the_advised_one_is_on_the_parent(tmp_pat
     assert "no candidate is more than" in done.stdout
 
 
+# Linear heads on a frozen backbone's cached features, two epochs, a race of two seeds each.
+HEADS = [
+    "model.freeze=true",
+    "trainer.augment=false",
+    "trainer.epochs=2",
+    "hydra.sweeper.min_seeds=2",
+    "hydra.sweeper.max_seeds=2",
+]
+
+
 def test_heads_on_cached_features_race_at_once_as_one_by_one(tmp_path, tracking_uri):
     """The same race on a frozen backbone's cached features, its heads stacked (the default) and
     each job through the launcher (``hydra.sweeper.stack_heads=false``): the same decisions, and
@@ -233,11 +243,7 @@ def test_heads_on_cached_features_race_at_once_as_one_by_one(tmp_path, tracking_
     here), accuracies equal. The stacked race says so on its console."""
     common = [
         "+method=ce,class_balanced,hard_mined",
-        "model.freeze=true",
-        "trainer.augment=false",
-        "trainer.epochs=2",
-        "hydra.sweeper.min_seeds=2",
-        "hydra.sweeper.max_seeds=2",
+        *HEADS,
         f"features.cache_dir={tmp_path / 'features'}",
         *QUICK,
         f"tracking.uri={tracking_uri}",
@@ -285,11 +291,7 @@ def test_a_stacked_head_that_diverges_is_out_and_the_others_race_on(tmp_path, tr
     done = race(
         [
             "trainer.lr=0.05,1e38",
-            "model.freeze=true",
-            "trainer.augment=false",
-            "trainer.epochs=2",
-            "hydra.sweeper.min_seeds=2",
-            "hydra.sweeper.max_seeds=2",
+            *HEADS,
             f"features.cache_dir={tmp_path / 'features'}",
             *QUICK,
             f"tracking.uri={tracking_uri}",
