@@ -41,6 +41,7 @@ from typing import Any
 
 from scripts import tables
 from scripts.artifacts import ROOT, export_runs
+from scripts.baselines import baselines, cached_features
 from scripts.bench_race import child_seconds, race_record
 
 ARCHIVE = ROOT.parent / "shared" / "data" / "cifar10" / "cifar10-jpeg.tar.gz"
@@ -147,8 +148,13 @@ def setting(name: str, common: list[str], uri: str, cache: Path) -> dict[str, An
         for r in finished
         if (r["tags"].get("method") == advised and "final/balanced_accuracy" in r["metrics"])
     ]
+    started = time.perf_counter()
+    splits = cached_features(single)  # the runner's own bank: the features the race used
+    read_seconds = time.perf_counter() - started
+    print(f"  baselines on the same features ({read_seconds:.0f} s to read them)", flush=True)
     return {
         "features": {"seconds": seconds, "samples": samples, "dim": dim},
+        "baselines": {"read_seconds": read_seconds, **baselines(splits)},
         "first_run_seconds": first_seconds,
         "head_run_seconds": head_seconds,
         "race": {
@@ -172,6 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=224, help="input size in pixels (224)")
     parser.add_argument("--val", type=int, default=100, help="validation images per class")
     parser.add_argument("--archive", type=Path, default=ARCHIVE, help="the CIFAR-10 JPEG export")
+    parser.add_argument(
+        "--engine", default="onnxruntime", help="features.engine for the extraction (onnxruntime)"
+    )
     parser.add_argument("--no-random", action="store_true", help="skip the random backbone")
     parser.add_argument(
         "--random-size", type=int, help="input size of the random backbone (default: --size)"
@@ -193,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trainer.progress=false",
         "tracking.plots=false",
         "tracking.log_model=false",
+        f"features.engine={args.engine}",
     ]
     summary: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"),

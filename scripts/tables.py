@@ -114,6 +114,57 @@ def features_bench_table(folder: Path) -> str:
     return markdown_table(header, rows)
 
 
+BASELINES = {  # scripts.baselines' rows, as the table names them
+    "lr_la": "scikit-learn LogisticRegression + post-hoc logit adjustment",
+    "lr_balanced": "LogisticRegression(class_weight='balanced')",
+    "ncm": "nearest class mean (cosine)",
+}
+
+
+def features_baselines_table(folder: Path) -> str:
+    """``scripts.bench_features``: the race's advice beside scikit-learn's baselines on the same
+    cached features (each setting that has them), and whether the advice reaches the logit-
+    adjusted logistic regression's test balanced accuracy."""
+    bench = load("features_bench", folder)
+    rows, verdicts = [], []
+    for name, setting in bench["settings"].items():
+        if "baselines" not in setting:
+            continue
+        race, found = setting["race"], setting["baselines"]["rows"]
+        test = race["test_balanced_accuracy"]
+        rows.append(
+            [
+                f"{name}, {setting['size']} px: the race ({race['runs']} runs), advised "
+                f"{race['advised']}",
+                "—",
+                f"{race['validation']:.3f}",
+                f"{test:.3f} ({race['test_seeds']} seeds)",
+                f"{race['seconds']:.0f} s",
+            ]
+        )
+        for key, row in found.items():
+            chosen = ", ".join(f"{k} {v:g}" for k, v in row["chosen"].items()) or "—"
+            rows.append(
+                [
+                    f"{name}, {setting['size']} px: {BASELINES[key]}",
+                    chosen + ("" if row["converged"] else " (max_iter reached)"),
+                    f"{row['val_balanced_accuracy']:.3f}",
+                    f"{row['test_balanced_accuracy']:.3f}",
+                    f"{row['seconds']:.1f} s",
+                ]
+            )
+        gap = 100 * (test - found["lr_la"]["test_balanced_accuracy"])
+        verdict = "reaches" if gap >= 0 else "does NOT reach"
+        verdicts.append(
+            f"{name}, {setting['size']} px: the advice ({race['advised']}) {verdict} the logit-"
+            f"adjusted logistic regression's test balanced accuracy ({gap:+.2f} points)."
+        )
+    if not rows:
+        return "No setting of the stored bench has its baselines: run the bench again.\n"
+    header = ["setting: method", "chosen on validation", "val bal. acc", "test bal. acc", "time"]
+    return markdown_table(header, rows) + "\n" + "\n".join(verdicts) + "\n"
+
+
 def prefixes_bench_table(folder: Path) -> str:
     """``scripts.bench_prefixes``: the published-recipe race as before lean children and shared
     prefixes, with lean children alone, and with both (as now)."""
@@ -143,6 +194,7 @@ def prefixes_bench_table(folder: Path) -> str:
 
 TABLES: dict[str, Callable[[Path], str]] = {
     "features-bench": features_bench_table,
+    "features-baselines": features_baselines_table,
     "prefixes-bench": prefixes_bench_table,
     "digits-test": report_table("digits_grid"),
     "digits-val": validation_table,
