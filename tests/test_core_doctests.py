@@ -1,4 +1,4 @@
-"""The examples in the training core's docstrings run as written."""
+"""The examples in the training core's (and the data helpers') docstrings run as written."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 WITH_EXAMPLES = (
+    "runner.data.samples",
     "runner.files",
     "runner.train.decoupled",
     "runner.train.feature_bank",

@@ -198,3 +198,36 @@ def test_synthetic_data_keeps_its_head_class_size_with_a_validation_fraction():
     assert (
         torch.bincount(ds.val_y).tolist() == [round(0.25 * 133)] * 10
     )  # 133 generated: 100 left after it
+
+
+def test_uint8_channel_stats_are_the_float64_mean_and_std():
+    from runner.data.samples import uint8_channel_stats
+
+    x = torch.randint(0, 256, (50, 3, 7, 5), generator=torch.Generator().manual_seed(0))
+    x = x.to(torch.uint8)
+    mean, std = uint8_channel_stats(x)
+    direct = x.double() / 255
+    # Exact integer sums, one rounding: within a few float64 ulps of torch's own reduction.
+    assert mean == pytest.approx(direct.mean(dim=(0, 2, 3)).tolist(), rel=1e-13)
+    assert std == pytest.approx(direct.std(dim=(0, 2, 3)).tolist(), rel=1e-13)
+
+
+def test_a_folder_key_is_its_files_in_path_order(tmp_path):
+    """The image cache's key reads every file in the order of their path components (what
+    ``sorted(Path)`` gives: ``a/b`` before ``a-c/d``, though ``"a-c" < "a/b"`` as strings), so
+    a cache written by earlier versions is found again; a file's bytes change it."""
+    import hashlib
+
+    import torchvision
+
+    from runner.data.builtin import DECODED_FORMAT, _folder_key
+
+    for relative, content in (("a/b", b"1"), ("a-c/d", b"2"), ("a/e/f", b"3"), ("g", b"4")):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_bytes(content)
+    expected = hashlib.sha256(f"{DECODED_FORMAT}:{torchvision.__version__}".encode())
+    for relative, content in (("a/b", b"1"), ("a/e/f", b"3"), ("a-c/d", b"2"), ("g", b"4")):
+        expected.update(f"\0{relative}\0".encode() + hashlib.sha256(content).digest())
+    assert _folder_key(tmp_path) == expected.hexdigest()[:16]
+    (tmp_path / "g").write_bytes(b"5")
+    assert _folder_key(tmp_path) != expected.hexdigest()[:16]

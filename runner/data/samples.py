@@ -5,6 +5,7 @@ and copy nothing; :mod:`runner.train.feed` decides whether they are read into me
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from functools import cached_property
@@ -136,9 +137,29 @@ def channel_stats(samples: Samples, data_seed: int) -> Normalize:
     x = torch.cat(
         [samples.__getitems__(chunk) for chunk in np.array_split(rows, -(-rows.size // 256))]
     )
-    x = x.double() / 255.0
-    std = x.std(dim=(0, 2, 3)).clamp(min=1e-3)
-    return x.mean(dim=(0, 2, 3)).tolist(), std.tolist()
+    mean, std = uint8_channel_stats(x)
+    return mean, [max(s, 1e-3) for s in std]
+
+
+def uint8_channel_stats(x: torch.Tensor) -> Normalize:
+    """Per-channel mean and standard deviation (``n - 1`` in the denominator), in [0, 1], of
+    uint8 images ``x`` (N, C, H, W): exact, from each channel's histogram (integer sums, one
+    rounding at the end), without the float64 copy of the images a direct mean would make.
+
+    Example:
+        >>> uint8_channel_stats(torch.tensor([[[[0, 255]]]], dtype=torch.uint8))
+        ([0.5], [0.7071067811865476])
+    """
+    levels = torch.arange(256, dtype=torch.int64)
+    n = x.numel() // x.shape[1]
+    means, stds = [], []
+    for channel in range(x.shape[1]):
+        counts = torch.bincount(x[:, channel].reshape(-1), minlength=256)
+        total, squares = int((counts * levels).sum()), int((counts * levels * levels).sum())
+        means.append(total / (255 * n))
+        spread = (n * squares - total * total) / (n * (n - 1)) if n > 1 else math.nan
+        stds.append(math.sqrt(spread) / 255)
+    return means, stds
 
 
 def is_image(sample: torch.Tensor) -> bool:
