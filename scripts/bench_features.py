@@ -1,7 +1,7 @@
 """A pretrained backbone, frozen, on CIFAR-10-LT: what the feature cache costs and buys, and what
 the race advises on it.
 
-    python -m scripts.bench_features [--store DIR] [--size 224] [--no-random]
+    python -m scripts.bench_features [--store DIR] [--size 224] [--no-random] [--engine E]
 
 On the CIFAR-10 JPEG export in ``../shared/data/cifar10`` (unpacked once into ``data/``), cut to
 a long tail with IF 100 (12,406 training images; a balanced validation split of ``--val`` images
@@ -11,12 +11,18 @@ per class taken before the cut; the 10,000 test images), with timm's ``tf_effici
    dict of the same 296 tensors under other names), mapped by position onto timm's names and
    saved once as ``data/weights/tf_efficientnet_lite0.pt`` (loaded with ``model.weights=``);
 2. one head run that computes the features (the time of every split, from the runs' own
-   ``features: computed`` lines), one that reuses them (its wall time, the process included);
+   ``features: computed`` lines; ``features.engine=--engine``, by default ``onnxruntime``, which
+   the runner uses only where it gives torch's features), one that reuses them (its wall time,
+   the process included);
 3. the race (``hydra/sweeper=race``) over the nine strategies and the decoupled methods (cRT,
-   tau-norm, LWS) on the cached features: its runs, wall time, advice, and the advised
-   candidate's balanced accuracy on the test set (read once, after the race);
-4. the same with the backbone's random initialisation (``--no-random`` skips it);
-5. beside them (in the rendered table), the small CNN from scratch on the same data: its stored
+   tau-norm, post-hoc LA, the logistic refits, LWS) on the cached features: its runs, wall
+   time, advice, and the advised candidate's balanced accuracy on the test set (read once,
+   after the race);
+4. in the same process, on the same features read from the runner's bank,
+   :mod:`scripts.baselines`: scikit-learn's ``LogisticRegression`` with post-hoc logit
+   adjustment, the class-weighted one, nearest class mean (each chosen on validation);
+5. the same with the backbone's random initialisation (``--no-random`` skips it);
+6. beside them (in the rendered table), the small CNN from scratch on the same data: its stored
    table (``docs/results/cifar10_lt_short.md``, not run again: about 10 minutes a run here).
 
 Writes ``docs/results/features_bench.json`` and renders the tables (:mod:`scripts.tables`).
