@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 # C spans the regularisation standardised 1280-dimensional features may need; scikit-learn's
 # default is 1. Fitted in this order, each fit warm-started from the one before.
-C_GRID: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0, 10.0)
+C_GRID: tuple[float, ...] = (0.0001, 0.001, 0.01, 0.1, 1.0, 10.0)
 TAU_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(21))  # 0 .. 2 step 0.1
 MAX_ITER = 500  # lbfgs iterations per fit: bounds the time; a fit that stops there says so
 

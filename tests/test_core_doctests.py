@@ -16,6 +16,7 @@ WITH_EXAMPLES = (
     "runner.train.feature_bank",
     "runner.train.features",
     "runner.train.recorder",
+    "runner.train.refit",
     "runner.train.stages",
 )
 

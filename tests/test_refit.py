@@ -9,9 +9,17 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from runner.train.decoupled import TAU_GRID, balanced_accuracy, validation_halves
-from runner.train.refit import C_GRID, balanced_weights, choose_refit, fit_logistic
+from runner.train.refit import (
+    C_GRID,
+    GRADIENT_TOLERANCE,
+    balanced_weights,
+    choose_refit,
+    fit_logistic,
+)
 from tests.conftest import compose_config
 from tests.test_tau_norm_selection import Z, _above_zero, _predictions
 
@@ -34,12 +42,63 @@ def test_the_fit_is_scikit_learns_logistic_regression(c, balanced):
     rng = np.random.default_rng(3)
     features, labels = _blobs(rng, [120, 50, 20, 8], dim=6, spread=1.2)
     weights = balanced_weights(labels, 4) if balanced else None
-    weight, bias = fit_logistic(features, labels, 4, c, weights)
+    weight, bias = fit_logistic(features, labels, 4, c, weights, tolerance=1e-10)
     ours = torch.softmax(features.double() @ weight.T + bias, 1).numpy()
     reference = LogisticRegression(
         C=c, tol=1e-12, max_iter=100_000, class_weight="balanced" if balanced else None
     ).fit(features.double().numpy(), labels.numpy())
     assert np.abs(ours - reference.predict_proba(features.double().numpy())).max() < 1e-4
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("c", [0.01, 100.0])
+def test_the_fit_stops_where_scikit_learns_does(c):
+    """At their default tolerances (the same gradient bound on the same objective) both predict
+    the same classes, and their probabilities differ by far less than a class's margin."""
+    assert LogisticRegression().get_params()["tol"] == GRADIENT_TOLERANCE
+    rng = np.random.default_rng(5)
+    features, labels = _blobs(rng, [200, 80, 30, 10], dim=16, spread=0.8)
+    weight, bias = fit_logistic(features, labels, 4, c)
+    ours = torch.softmax(features.double() @ weight.T + bias, 1).numpy()
+    x = features.double().numpy()
+    reference = LogisticRegression(C=c, max_iter=1000).fit(x, labels.numpy())
+    assert np.array_equal(ours.argmax(1), reference.predict(x))
+    assert np.abs(ours - reference.predict_proba(x)).max() < 1e-2
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("balanced", [False, True])
+def test_the_refit_classifier_is_a_standard_scaler_then_logistic_regression(balanced):
+    """Features on scales from 1e-3 to 1e3 (and one constant column): the refitted classifier,
+    acting on the raw features, predicts what scikit-learn's StandardScaler + LogisticRegression
+    pipeline predicts (both fits tight), and the same as on the features unscaled; C means the
+    same whatever the features' scale."""
+    rng = np.random.default_rng(11)
+    features, labels = _blobs(rng, [150, 60, 20, 8], dim=6, spread=1.0)
+    val_x, val_y = _blobs(np.random.default_rng(12), [20, 20, 20, 20], dim=6, spread=1.0)
+    features[:, -1] = val_x[:, -1] = 7.0  # no spread: scaled by one, as scikit-learn does
+    scales = torch.tensor([1e-3, 1e-1, 1.0, 10.0, 1e3, 1.0])
+    prior = torch.bincount(labels).double() / len(labels)
+
+    def refit(x: torch.Tensor, v: torch.Tensor) -> np.ndarray:
+        classifier = torch.nn.Linear(6, 4)
+        choose_refit(
+            classifier, (x, labels), prior, _predictions(classifier, v), val_y.numpy(),
+            balanced=balanced, c_grid=(0.05,), tau_grid=(0.0,),
+        )  # fmt: skip
+        with torch.no_grad():
+            return torch.softmax(classifier(v).double(), 1).numpy()
+
+    x, v = features * scales, val_x * scales
+    pipeline = make_pipeline(
+        StandardScaler(),
+        LogisticRegression(
+            C=0.05, tol=1e-12, max_iter=100_000, class_weight="balanced" if balanced else None
+        ),
+    ).fit(x.double().numpy(), labels.numpy())
+    ours = refit(x, v)
+    assert np.abs(ours - pipeline.predict_proba(v.double().numpy())).max() < 1e-2
+    assert np.abs(ours - refit(features, val_x)).max() < 1e-2
 
 
 @pytest.mark.unit
@@ -58,9 +117,16 @@ def test_the_choice_of_c_and_tau_is_cross_fitted():
         classifier, (features, labels), prior, _predictions(classifier, val_x), val_y, c_grid=grid
     )
 
+    scaler = StandardScaler().fit(features.double().numpy())
+    mean, scale = torch.from_numpy(scaler.mean_), torch.from_numpy(scaler.scale_)
+    scaled, scaled_val = ((x.double() - mean) / scale for x in (features, val_x))
+
+    fits = {grid[0]: fit_logistic(scaled, labels, 4, grid[0])}  # each warm-starts the next
+    fits[grid[1]] = fit_logistic(scaled, labels, 4, grid[1], start=fits[grid[0]])
+
     def predictions(c: float, tau: float) -> np.ndarray:
-        weight, bias = fit_logistic(features, labels, 4, c)
-        logits = val_x.double() @ weight.T + bias - torch.log(prior**tau + 1e-12)
+        weight, bias = fits[c]
+        logits = scaled_val @ weight.T + bias - torch.log(prior**tau + 1e-12)
         return logits.argmax(1).numpy()
 
     table = {(c, tau): predictions(c, tau) for c in grid for tau in TAU_GRID}
