@@ -12,6 +12,7 @@ pytestmark = pytest.mark.unit
 WITH_EXAMPLES = (
     "runner.data.samples",
     "runner.files",
+    "runner.models.source",
     "runner.train.decoupled",
     "runner.train.feature_bank",
     "runner.train.features",

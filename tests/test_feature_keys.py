@@ -295,6 +295,25 @@ def test_a_constant_imported_by_name_or_a_module_imported_in_a_function_is_in_th
     assert code_digest(net) == first  # the same code again: the same digest
 
 
+def test_the_code_digest_does_not_depend_on_what_else_the_process_imported(
+    tmp_path, monkeypatch, user_modules
+):
+    """Importing a submodule sets it on its package: a module of the backbone's package that
+    the backbone never imports (a race's process imports many) leaves its digest as it was, so
+    every job of a race, and the next process, finds the same features."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    package = tmp_path / "keyed_house"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "net.py").write_text("from torch import nn\n\n\nclass Net(nn.Linear):\n    pass\n")
+    (package / "elsewhere.py").write_text("VALUE = 1\n")
+    importlib.invalidate_caches()
+    net = importlib.import_module("keyed_house.net").Net(4, 4)
+    alone = code_digest(net)
+    importlib.import_module("keyed_house.elsewhere")
+    assert code_digest(net) == alone
+
+
 def test_a_backbone_whose_code_cannot_be_read_is_not_cached(tmp_path, monkeypatch, capsys):
     namespace: dict = {}
     exec(NET.format(helper="torch", step="relu"), namespace)  # defined in no file

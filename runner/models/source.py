@@ -173,11 +173,22 @@ def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
 
 def _held(module: types.ModuleType) -> list[str]:
     """The modules of the modules, classes and functions ``module``'s globals hold (one made by
-    ``importlib.import_module`` included, which no import statement names)."""
+    ``importlib.import_module`` included, which no import statement names), less the package's
+    own submodules under their own names: the import system sets those on a package whenever
+    anything in the process imports them, so following them would make the digest depend on what
+    else the process imported. A package's ``from . import sub`` names them anyway.
+
+    Example:
+        >>> import email.mime
+        >>> "email.mime" in _held(sys.modules["email"])  # set by the import, not held
+        False
+    """
     return [
         value.__name__ if inspect.ismodule(value) else value.__module__
-        for value in vars(module).values()
-        if inspect.ismodule(value) or inspect.isclass(value) or inspect.isfunction(value)
+        for key, value in vars(module).items()
+        if (inspect.ismodule(value) and value.__name__ != f"{module.__name__}.{key}")
+        or inspect.isclass(value)
+        or inspect.isfunction(value)
     ]
 
 
