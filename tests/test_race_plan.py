@@ -214,3 +214,18 @@ def test_the_sweeper_checks_a_composed_config_without_launching(tmp_path):
     RaceSweeper.check(good)
     with pytest.raises(UserError, match="hydra.sweeper: max_runs=5 cannot pay for round 1"):
         RaceSweeper.check(bad)
+
+
+def test_the_chart_draws_a_candidate_whose_seeds_all_scored_the_same():
+    """A refit that ignores the seed scores the same on every seed: its interval has no width
+    and its ends may miss the round's mean (summed in another order) by one rounding; the chart
+    draws it and leaves no figure open."""
+    import matplotlib.pyplot as plt
+
+    same = 306 / 600  # a value whose means over six seeds differ by one rounding
+    values = {("a", s): same for s in range(10)}
+    values.update({("b", s): same - 0.004 + 0.008 * (s % 2) for s in range(10)})
+    race = replay(Race(["a", "b"], list(range(10))), values)
+    assert any(len(r.seeds) == 6 for r in race.rounds)
+    assert advice.chart(race, "val/balanced_accuracy").startswith(b"\x89PNG")
+    assert not plt.get_fignums()

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 from experiments.race.race import Race
 from experiments.stats import Interval, clipped, t_interval
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 
 def chart(race: Race, objective: str) -> bytes:
@@ -18,6 +22,17 @@ def chart(race: Race, objective: str) -> bytes:
     import matplotlib.pyplot as plt
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    try:
+        _draw(race, objective, left, right)
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=110)
+    finally:
+        plt.close(figure)
+    return buffer.getvalue()
+
+
+def _draw(race: Race, objective: str, left: Axes, right: Axes) -> None:
     for k, c in enumerate(race.candidates):
         seen = [r for r in race.rounds if c in r.candidates]
         if not seen:  # failed in round 1: never looked at
@@ -25,8 +40,11 @@ def chart(race: Race, objective: str) -> bytes:
         x = [r.number + (k - len(race.candidates) / 2) * 0.03 for r in seen]
         means = [r.means[c] for r in seen]
         ends = [clipped(i.low, i.high) for i in (_interval(race, c, r.seeds) for r in seen)]
-        below = [m - low for m, (low, _) in zip(means, ends, strict=True)]
-        above = [high - m for m, (_, high) in zip(means, ends, strict=True)]
+        # A zero-width interval (every seed the same value, as a refit that ignores the seed
+        # gives) is centred on a mean summed in another order: its ends may miss the round's
+        # mean by one rounding, which must not make an error bar negative.
+        below = [max(0.0, m - low) for m, (low, _) in zip(means, ends, strict=True)]
+        above = [max(0.0, high - m) for m, (_, high) in zip(means, ends, strict=True)]
         diffs = [100 * r.difference[c] for r in seen]
         margins = [100 * r.margin[c] for r in seen]
         line = left.errorbar(x, means, yerr=[below, above], marker="o", capsize=3, label=c)
@@ -47,11 +65,6 @@ def chart(race: Race, objective: str) -> bytes:
         axis.set_xticks([r.number for r in race.rounds])
         axis.grid(alpha=0.3)
     left.legend(fontsize=8, loc="best")
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    return buffer.getvalue()
 
 
 def _interval(race: Race, candidate: str, seeds: tuple[int, ...]) -> Interval:
