@@ -41,7 +41,8 @@ from runner.train.decoupled import TAU_GRID, adjusted_bias, cross_fit_table
 C_GRID: tuple[float, ...] = (0.0001, 0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
 MAX_ITERATIONS = 1000  # L-BFGS steps per fit (scikit-learn's max_iter is 100; it warns short)
 # The largest gradient entry of the divided objective at convergence: scikit-learn's default
-# ``tol`` for lbfgs (its ``gtol``, on the same objective).
+# ``tol`` for lbfgs (its ``gtol``, on the same objective). On pretrained CIFAR-10-LT features
+# (12,406 x 1280) 1e-7 fitted the grid in 100 s instead of 8 s and chose the same C and tau.
 GRADIENT_TOLERANCE = 1e-4
 
 
