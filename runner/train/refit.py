@@ -181,7 +181,8 @@ def choose_refit(
     predictions = []
     for i, c in enumerate(sorted(c_grid)):  # the most regularised first: each warm-starts the next
         with torch.enable_grad():
-            fits.append(fit_logistic(features, train_labels, num_classes, c, weights, *fits[-1:]))
+            start = fits[-1] if fits else None
+            fits.append(fit_logistic(features, train_labels, num_classes, c, weights, start))
         for tau in tau_grid:
             _set(classifier, fits[i], (mean, scale), prior, tau)
             predictions.append(predict())
