@@ -12,7 +12,7 @@ PORT   ?= 5000
 JOBS   ?= 4
 NPROC  ?= 2
 
-.PHONY: help install install-frameworks install-browser install-server install-system run sweep study advise paper ddp test test-quick lint docs bench bench-extract bench-features bench-race tables report ui server gpu-check clean
+.PHONY: help install install-frameworks install-browser install-server install-system run sweep study advise paper ddp test test-quick lint docs bench bench-extract bench-features bench-race bench-advice tables report ui server gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -87,6 +87,10 @@ bench-extract: install  ## feature extraction: img/s, page faults and the share 
 bench-features: install  ## a frozen ImageNet-pretrained EfficientNet-Lite0 on CIFAR-10-LT: features once, head runs, the race; beside random weights (CPU heavy: ~40 min on 2 cores); writes docs/results/
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) -m scripts.bench_features
+
+bench-advice: install  ## the race's advice against the test-best candidate and scikit-learn's baselines on 8 tasks (CIFAR-10-LT at 4 imbalance factors and 2 validation sizes on pretrained features, digits, synthetic; CPU heavy: about 45 min on 2 cores); writes docs/results/advice_bench.json and advice.md
+	$(PY) -m pip install --quiet -e '.[bench,onnx]'
+	$(PY) -m scripts.bench_advice
 
 bench-race: install  ## the race against the full 90-run digits grid; the race with stacked heads, one job at a time and a plain loop of as many heads; the published-recipe race as before lean children and shared prefixes, with lean children alone, and as now (CPU heavy: the grid alone ~12 min on 2 cores); writes docs/results/
 	$(PY) -m scripts.bench_race

@@ -25,6 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from scripts.advice_tables import advice_bench_table
 from scripts.artifacts import RESULTS, ROOT, export_runs, load, markdown_table, runs_of
 from scripts.race_replays import StaleReplays, write_replays
 from scripts.race_tables import (
@@ -193,6 +194,7 @@ def prefixes_bench_table(folder: Path) -> str:
 
 
 TABLES: dict[str, Callable[[Path], str]] = {
+    "advice-bench": advice_bench_table,
     "features-bench": features_bench_table,
     "features-baselines": features_baselines_table,
     "prefixes-bench": prefixes_bench_table,
