@@ -314,6 +314,30 @@ def test_the_code_digest_does_not_depend_on_what_else_the_process_imported(
     assert code_digest(net) == alone
 
 
+def test_a_submodule_a_package_binds_with_import_module_is_in_the_code_digest(
+    tmp_path, monkeypatch, user_modules
+):
+    """No import statement names a submodule the package loads with ``importlib.import_module``
+    into a name of its own: the name it binds leads the digest there, so an edit of it counts."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    package = tmp_path / "keyed_loader"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        'import importlib\n\nhelpers = importlib.import_module(".helpers", __name__)\n'
+    )
+    helpers = package / "helpers.py"
+    helpers.write_text("SCALE = 2.0\n")
+    (package / "net.py").write_text(
+        "import keyed_loader\nfrom torch import nn\n\n\nclass Net(nn.Linear):\n"
+        "    def forward(self, x):\n        return super().forward(x) * keyed_loader.helpers.SCALE\n"
+    )
+    importlib.invalidate_caches()
+    net = importlib.import_module("keyed_loader.net").Net(4, 4)
+    first = code_digest(net)
+    helpers.write_text("SCALE = 3.0\n")
+    assert code_digest(net) != first
+
+
 def test_a_backbone_whose_code_cannot_be_read_is_not_cached(tmp_path, monkeypatch, capsys):
     namespace: dict = {}
     exec(NET.format(helper="torch", step="relu"), namespace)  # defined in no file

@@ -6,7 +6,7 @@ a file imports, transitively: every ``import`` statement of the file, a function
 included, relative ones resolved against its package. So an edited ``forward``, a helper it
 calls, a constant it imports by name or a module it imports only inside a function gives
 another digest. What no import statement names (a module whose name is computed at run time
-and not held by a module's globals, a file read with ``open``) is not seen."""
+and not held by a name a module's source binds, a file read with ``open``) is not seen."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def _parts(homes: list[types.ModuleType]) -> dict[str, bytes]:
         if file.suffix == ".py":
             pending.extend(_imported(parts[name], package))
         if name in sys.modules:
-            pending.extend(_held(sys.modules[name]))
+            pending.extend(_held(sys.modules[name], _bound(parts[name])))
     return parts
 
 
@@ -171,25 +171,56 @@ def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
     return None
 
 
-def _held(module: types.ModuleType) -> list[str]:
+def _held(module: types.ModuleType, bound: frozenset[str] = frozenset()) -> list[str]:
     """The modules of the modules, classes and functions ``module``'s globals hold (one made by
-    ``importlib.import_module`` included, which no import statement names), less the package's
-    own submodules under their own names: the import system sets those on a package whenever
-    anything in the process imports them, so following them would make the digest depend on what
-    else the process imported. A package's ``from . import sub`` names them anyway.
+    ``importlib.import_module`` included, which no import statement names). A package's own
+    submodule under its own name is followed only where ``bound`` (the names the module's source
+    binds: :func:`_bound`) has that name: the import system sets every imported submodule on its
+    package, so following those would make the digest depend on what else the process imported.
 
     Example:
         >>> import email.mime
         >>> "email.mime" in _held(sys.modules["email"])  # set by the import, not held
         False
+        >>> "email.mime" in _held(sys.modules["email"], frozenset({"mime"}))  # bound: held
+        True
     """
     return [
         value.__name__ if inspect.ismodule(value) else value.__module__
         for key, value in vars(module).items()
-        if (inspect.ismodule(value) and value.__name__ != f"{module.__name__}.{key}")
+        if (
+            inspect.ismodule(value)
+            and (value.__name__ != f"{module.__name__}.{key}" or key in bound)
+        )
         or inspect.isclass(value)
         or inspect.isfunction(value)
     ]
+
+
+# The names each source binds at its top level, by its content's digest.
+_BOUND: dict[bytes, frozenset[str]] = {}
+
+
+def _bound(source: bytes) -> frozenset[str]:
+    """The names the top-level statements of ``source`` bind: assigned, imported, defined (a
+    ``sub = importlib.import_module(".sub", __name__)`` binds ``sub``)."""
+    key = hashlib.blake2b(source, digest_size=16).digest()
+    if key not in _BOUND:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            tree = ast.Module(body=[], type_ignores=[])
+        names: set[str] = set()
+        for node in tree.body:
+            if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names.update((a.asname or a.name).partition(".")[0] for a in node.names)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+        _BOUND[key] = frozenset(names)
+    return _BOUND[key]
 
 
 def _file(home: types.ModuleType) -> Path | None:
