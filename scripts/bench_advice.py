@@ -157,8 +157,10 @@ def run_task(name: str, uri: str, cache: Path) -> dict[str, Any]:
     candidates = CANDIDATES.split(",")
     table = grid(runs, candidates)
     complete = {n: g for n, g in table.items() if g["seeds"] == list(GRID_SEEDS)}
-    best = max(complete, key=lambda n: complete[n]["test"])
     advised = record["advised"] or record["survivors"][0]
+    if advised not in complete:  # the regret compares means over the same three seeds
+        raise SystemExit(f"{name}: the advised {advised} lacks a finished run of seed {GRID_SEEDS}")
+    best = max(complete, key=lambda n: complete[n]["test"])
     spans = [g["span"] for g in complete.values()]
     started = time.perf_counter()
     base = baselines(cached_features(overrides))
@@ -194,7 +196,9 @@ def end_times(uri: str, parent: str) -> dict[str, int]:
 
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_run(parent).info.experiment_id
-    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent}'")
+    children = client.search_runs(
+        [experiment], f"tags.mlflow.parentRunId = '{parent}'", max_results=50_000
+    )
     return {r.info.run_id: int(r.info.end_time or 0) for r in children}
 
 

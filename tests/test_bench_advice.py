@@ -57,16 +57,16 @@ def task(advised: float, best: float, baseline: float, delta: float = 0.01) -> d
 
 
 @pytest.mark.parametrize(
-    ("advised", "best", "baseline", "near", "above"),
+    ("advised", "best", "baseline", "delta", "near", "above"),
     [
-        (0.80, 0.805, 0.79, True, True),
-        (0.80, 0.811, 0.79, False, True),  # the regret exceeds delta
-        (0.80, 0.80, 0.811, True, False),  # more than delta below the best baseline
-        (0.80, 0.81, 0.81, True, True),  # delta exactly: within
+        (0.80, 0.805, 0.79, 0.01, True, True),
+        (0.80, 0.811, 0.79, 0.01, False, True),  # the regret exceeds delta
+        (0.80, 0.80, 0.811, 0.01, True, False),  # more than delta below the best baseline
+        (0.75, 0.875, 0.875, 0.125, True, True),  # delta exactly (binary fractions): within
     ],
 )
-def test_the_verdict_compares_within_delta(advised, best, baseline, near, above):
-    found = verdict(task(advised, best, baseline))
+def test_the_verdict_compares_within_delta(advised, best, baseline, delta, near, above):
+    found = verdict(task(advised, best, baseline, delta))
     assert found["within_delta_of_best"] is near
     assert found["not_below_baseline"] is above
     assert found["regret"] == pytest.approx(best - advised)
