@@ -56,9 +56,10 @@ from scripts.bench_features import (
     FEATURES_LINE,
     pretrained_weights,
     runner,
+    store_uri,
     unpack,
 )
-from scripts.bench_race import race_record
+from scripts.bench_race import child_runs, race_record
 
 OBJECTIVE = "val/balanced_accuracy"
 TEST = "final/balanced_accuracy"
@@ -141,11 +142,12 @@ def grid(runs: list[dict[str, Any]], candidates: Sequence[str]) -> dict[str, dic
     return out
 
 
-def run_task(name: str, uri: str, cache: Path) -> dict[str, Any]:
+def run_task(name: str, store: Path, cache: Path) -> dict[str, Any]:
     """One task: the race, its grid, the baselines; the figures :func:`verdict` reads."""
+    uri = store_uri(store)
     overrides = task_overrides(name, cache)
     args = [*overrides, "hydra/sweeper=race", f"+method={CANDIDATES}"]
-    out, seconds = runner(args, uri, f"advice-{name}", multirun=True)
+    out, seconds = runner(args, store, f"advice-{name}", multirun=True)
     found = re.search(r"sweep parent run (\w+)", out)
     if not found:
         raise SystemExit(f"{name}: no parent run in the race's output:\n{out[-2000:]}")
@@ -192,14 +194,7 @@ def run_task(name: str, uri: str, cache: Path) -> dict[str, Any]:
 
 def end_times(uri: str, parent: str) -> dict[str, int]:
     """When each child run of ``parent`` ended (ms), by run id."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_run(parent).info.experiment_id
-    children = client.search_runs(
-        [experiment], f"tags.mlflow.parentRunId = '{parent}'", max_results=50_000
-    )
-    return {r.info.run_id: int(r.info.end_time or 0) for r in children}
+    return {r.info.run_id: int(r.info.end_time or 0) for r in child_runs(uri, parent)}
 
 
 def verdict(task: dict[str, Any]) -> dict[str, Any]:
@@ -224,13 +219,14 @@ def verdict(task: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--store", type=Path, help="folder for the MLflow store")
+    parser.add_argument(
+        "--store", type=Path, help="folder for the MLflow store and Hydra's outputs"
+    )
     parser.add_argument("--cache", type=Path, help="the features cache (default: in --store)")
     parser.add_argument("--only", nargs="+", choices=list(TASKS), help="these tasks alone")
     args = parser.parse_args(argv)
     folder = (args.store or Path(tempfile.mkdtemp(prefix="bench-advice-"))).resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
     cache = (args.cache or folder / "cache").resolve()
     path = tables.RESULTS / f"{RESULT}.json"
     summary: dict[str, Any] = json.loads(path.read_text()) if args.only and path.is_file() else {}
@@ -245,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     summary.setdefault("tasks", {})
     for name in args.only or list(TASKS):
-        task = run_task(name, uri, cache)
+        task = run_task(name, folder, cache)
         task["verdict"] = verdict(task)
         task["command"], task["date"] = summary["command"], summary["date"]  # --only mixes runs
         summary["tasks"][name] = task

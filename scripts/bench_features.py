@@ -98,10 +98,19 @@ def pretrained_weights() -> Path:
     return path
 
 
-def runner(args: list[str], uri: str, experiment: str, multirun: bool) -> tuple[str, float]:
-    """``python -m runner [-m] ARGS`` into ``uri``: (its stdout, wall seconds)."""
+def store_uri(store: Path) -> str:
+    """The MLflow store a benchmark keeps in its folder ``store``."""
+    return f"sqlite:///{store / 'mlflow.db'}"
+
+
+def runner(args: list[str], store: Path, experiment: str, multirun: bool) -> tuple[str, float]:
+    """``python -m runner [-m] ARGS`` into the benchmark's folder ``store``: its MLflow store
+    (:func:`store_uri`) and Hydra's output folders, none in the checkout; (its stdout, wall
+    seconds)."""
+    outputs = f"{store}/hydra/{experiment}/${{now:%Y-%m-%d_%H-%M-%S}}-${{pid:}}"
     command = [sys.executable, "-m", "runner", *(["-m"] if multirun else []), *args]
-    command += [f"tracking.uri={uri}", f"tracking.experiment={experiment}"]
+    command += [f"tracking.uri={store_uri(store)}", f"tracking.experiment={experiment}"]
+    command += [f"hydra.run.dir={outputs}", f"hydra.sweep.dir={outputs}"]
     print("$", " ".join(command[1:]), flush=True)
     started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -124,11 +133,12 @@ def feature_seconds(stdout: str) -> tuple[float, int, int]:
     )
 
 
-def setting(name: str, common: list[str], uri: str, cache: Path) -> dict[str, Any]:
+def setting(name: str, common: list[str], store: Path, cache: Path) -> dict[str, Any]:
     """Features once, a head run on them, the race: one backbone setting's figures."""
+    uri = store_uri(store)
     args = [*common, f"features.cache_dir={cache / name}"]
     single = [*args, "+method=ce", "seed=0"]
-    first, first_seconds = runner(single, uri, f"features-{name}-first", multirun=False)
+    first, first_seconds = runner(single, store, f"features-{name}-first", multirun=False)
     measured = cache / name / "bench-features.json"  # what computing them took, when it did
     if "features: computed" in first:
         seconds, samples, dim = feature_seconds(first)
@@ -137,11 +147,11 @@ def setting(name: str, common: list[str], uri: str, cache: Path) -> dict[str, An
         seconds, samples, dim = json.loads(measured.read_text()).values()
     else:
         raise SystemExit(f"{cache / name} holds features this bench did not time: remove it")
-    second, head_seconds = runner(single, uri, f"features-{name}-again", multirun=False)
+    second, head_seconds = runner(single, store, f"features-{name}-again", multirun=False)
     if "features: reused" not in second:
         raise SystemExit(f"the second run did not reuse the features:\n{second[-2000:]}")
     race_args = [*args, "hydra/sweeper=race", f"+method={CANDIDATES}"]
-    race_out, race_seconds = runner(race_args, uri, f"features-{name}-race", multirun=True)
+    race_out, race_seconds = runner(race_args, store, f"features-{name}-race", multirun=True)
     parent = re.search(r"sweep parent run (\w+)", race_out)
     assert parent, race_out[-2000:]
     record = race_record(uri, parent.group(1))
@@ -180,7 +190,9 @@ def setting(name: str, common: list[str], uri: str, cache: Path) -> dict[str, An
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--store", type=Path, help="folder for the MLflow store and the cache")
+    parser.add_argument(
+        "--store", type=Path, help="folder for the MLflow store, Hydra's outputs and the cache"
+    )
     parser.add_argument("--size", type=int, default=224, help="input size in pixels (224)")
     parser.add_argument("--val", type=int, default=100, help="validation images per class")
     parser.add_argument("--archive", type=Path, default=ARCHIVE, help="the CIFAR-10 JPEG export")
@@ -194,7 +206,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     folder = (args.store or Path(tempfile.mkdtemp(prefix="bench-features-"))).resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
     root = unpack(args.archive)
     weights = pretrained_weights()
     common = [
@@ -230,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = [*common, f"model.image_size={size}", *weights_args]
         summary["settings"][name] = {
             "size": size,
-            **setting(name, overrides, uri, folder / "cache"),
+            **setting(name, overrides, folder, folder / "cache"),
         }
         out = tables.RESULTS / "features_bench.json"
         out.write_text(json.dumps(summary, indent=1) + "\n")

@@ -99,14 +99,26 @@ def race_record(uri: str, parent: str) -> dict[str, Any]:
         return json.loads(Path(path).read_text())
 
 
-def child_seconds(uri: str, parent: str) -> list[float]:
-    """How long each of a sweep's child runs took, start to end, as MLflow recorded them."""
+def child_runs(uri: str, parent: str) -> list[Any]:
+    """Every child run of the sweep ``parent`` (MLflow's ``Run`` objects)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_run(parent).info.experiment_id
-    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent}'")
-    return [(r.info.end_time - r.info.start_time) / 1000 for r in children if r.info.end_time]
+    return list(
+        client.search_runs(
+            [experiment], f"tags.mlflow.parentRunId = '{parent}'", max_results=50_000
+        )
+    )
+
+
+def child_seconds(uri: str, parent: str) -> list[float]:
+    """How long each of a sweep's child runs took, start to end, as MLflow recorded them."""
+    return [
+        (r.info.end_time - r.info.start_time) / 1000
+        for r in child_runs(uri, parent)
+        if r.info.end_time
+    ]
 
 
 def plain_heads(folder: Path, seeds: Sequence[int], per_seed: int) -> float:
