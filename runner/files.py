@@ -1,9 +1,24 @@
-"""Files a reader finds whole or not at all (checkpoints, cached features, decoded images)."""
+"""Files a reader finds whole or not at all (checkpoints, cached features, decoded images), and
+values computed from files, remembered while the files stay as they were."""
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# A file changed less than this long ago is not remembered: Linux stamps a write's times from a
+# coarse clock (milliseconds apart), so a second write within the tick of the first can leave
+# the file's size and times as they were.
+SETTLED_NS = 1_000_000_000
+# kind (a slot's first part) -> (the slot, its paths, their states, the value computed from
+# them): one value of each kind, so that a sweep over many backbones holds one bank's rows.
+_Held = tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[int, ...], ...], Any]
+_remembered: dict[str, _Held] = {}
 
 
 def write_atomically(path: Path, data: bytes | memoryview) -> None:
@@ -30,3 +45,53 @@ def write_atomically(path: Path, data: bytes | memoryview) -> None:
     except OSError:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def file_states(paths: Sequence[str]) -> tuple[tuple[int, ...], ...] | None:
+    """Each file's device, inode, size, and modification and change times (nanoseconds): a
+    write, a replacement or a restored modification time changes one of them (the kernel sets
+    the change time itself). None when a file cannot be read or changed within the last
+    :data:`SETTLED_NS`."""
+    settled = time.time_ns() - SETTLED_NS
+    states = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if max(st.st_ctime_ns, st.st_mtime_ns) > settled:
+            return None
+        states.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(states)
+
+
+def while_unchanged(slot: tuple[str, ...], paths: Sequence[str], compute: Callable[[], T]) -> T:
+    """``compute()``, a value of the files ``paths`` alone; or, without computing, the value it
+    gave for ``slot`` last time in this process, when ``paths`` and every file's state
+    (:func:`file_states`) are as they were then. A value is remembered only if no file changed
+    while it was computed, and only the latest of its kind (``slot[0]``): the caller must not
+    change it.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "a.txt"
+        >>> _ = path.write_text("one")
+        >>> time.sleep(SETTLED_NS / 1e9 + 0.1)  # a file written just now is not remembered
+        >>> while_unchanged(("example",), [str(path)], path.read_text)
+        'one'
+        >>> while_unchanged(("example",), [str(path)], lambda: "not computed again")
+        'one'
+        >>> _ = path.write_text("two")  # changed: computed again
+        >>> while_unchanged(("example",), [str(path)], path.read_text)
+        'two'
+    """
+    names = tuple(paths)
+    before = file_states(names)
+    held = _remembered.get(slot[0])
+    if before is not None and held is not None and held[:3] == (slot, names, before):
+        return held[3]
+    _remembered.pop(slot[0], None)  # its memory goes before another value is computed
+    value = compute()
+    if before is not None and file_states(names) == before:
+        _remembered[slot[0]] = (slot, names, before, value)
+    return value

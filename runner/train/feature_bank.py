@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from runner.errors import UserError
-from runner.files import write_atomically
+from runner.files import while_unchanged, write_atomically
 
 DIGEST_BYTES = 32  # sha256: the fastest hashlib digest on x86 (SHA-NI)
 
@@ -71,16 +71,25 @@ class FeatureBank:
         return self.folder / ".lock"
 
     def load(self) -> None:
-        """Read every whole shard of this identity; delete those that are not (one line each)."""
-        self._rows = {}
-        for path in sorted(self.folder.glob("shard-*.pt")):
+        """Read every whole shard of this identity; delete those that are not (one line each).
+        Shards are never rewritten (a new one has a new name), so while the folder holds the
+        same files the rows read last in this process are taken again, unread
+        (:func:`runner.files.while_unchanged`): every job of a sweep loads the bank."""
+        paths = sorted(str(path) for path in self.folder.glob("shard-*.pt"))
+        slot = ("feature bank", str(self.folder), self.key)
+        self._rows = dict(while_unchanged(slot, paths, lambda: self._read_all(paths)))
+
+    def _read_all(self, paths: list[str]) -> dict[bytes, torch.Tensor]:
+        rows: dict[bytes, torch.Tensor] = {}
+        for path in map(Path, paths):
             shard = self._read(path)
             if shard is None:
                 path.unlink(missing_ok=True)
                 continue
             digests, features = shard
             for digest, row in zip(digests, features, strict=True):
-                self._rows.setdefault(digest, row)
+                rows.setdefault(digest, row)
+        return rows
 
     def _read(self, path: Path) -> tuple[list[bytes], torch.Tensor] | None:
         try:

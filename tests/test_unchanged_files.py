@@ -1,0 +1,157 @@
+"""Values computed from files are remembered within a process only while the files stay as they
+were (runner.files.while_unchanged): an image folder's key and a feature bank's rows are read
+once per sweep, and read again after any write, a rewrite in place that keeps the names, sizes
+and modification times included."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner import files
+from runner.data import builtin
+from runner.files import while_unchanged
+from runner.train.feature_bank import FeatureBank
+
+pytestmark = pytest.mark.unit
+
+# Shorter than runner.files.SETTLED_NS (1 s) to keep the tests quick, still many ticks of the
+# coarse clock that stamps files (at most 10 ms on Linux).
+SETTLED_S = 0.2
+
+
+@pytest.fixture(autouse=True)
+def quick_settling(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(files, "SETTLED_NS", int(SETTLED_S * 1e9))
+    monkeypatch.setattr(files, "_remembered", {})
+
+
+def settle() -> None:
+    time.sleep(SETTLED_S * 1.5)
+
+
+def write(path: Path, text: str, stamp_ns: int = 1_700_000_000_000_000_000) -> Path:
+    """``text`` into ``path``, its access and modification times set to ``stamp_ns``."""
+    path.write_text(text)
+    os.utime(path, ns=(stamp_ns, stamp_ns))
+    return path
+
+
+class Counting:
+    """Reads a file and counts how often it did."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.calls = path, 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        return self.path.read_text()
+
+
+def test_a_settled_file_is_read_once_and_again_after_a_rewrite_that_keeps_size_and_times(
+    tmp_path,
+):
+    path = write(tmp_path / "a.txt", "one")
+    settle()
+    read = Counting(path)
+    assert while_unchanged(("t",), [str(path)], read) == "one"
+    assert while_unchanged(("t",), [str(path)], read) == "one"
+    assert read.calls == 1
+    before = path.stat()
+    write(path, "two")  # the same size and modification time: only the change time differs
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    settle()  # settled again: the change time alone tells
+    assert while_unchanged(("t",), [str(path)], read) == "two"
+    assert read.calls == 2
+
+
+def test_a_file_changed_within_the_settling_time_is_never_taken_from_memory(tmp_path):
+    path = write(tmp_path / "a.txt", "one")
+    read = Counting(path)
+    assert while_unchanged(("t",), [str(path)], read) == "one"
+    assert while_unchanged(("t",), [str(path)], read) == "one"
+    assert read.calls == 2  # written just now: a second write in the same tick could hide
+
+
+def test_a_file_that_changes_while_computed_is_not_remembered(tmp_path):
+    path = write(tmp_path / "a.txt", "one")
+    settle()
+
+    def read_then_change() -> str:
+        text = path.read_text()
+        write(path, "two")
+        return text
+
+    assert while_unchanged(("t",), [str(path)], read_then_change) == "one"
+    settle()
+    assert while_unchanged(("t",), [str(path)], path.read_text) == "two"
+
+
+def test_another_list_of_files_or_another_slot_is_computed_again(tmp_path):
+    a, b = write(tmp_path / "a.txt", "a"), write(tmp_path / "b.txt", "b")
+    settle()
+    assert while_unchanged(("t", "x"), [str(a)], a.read_text) == "a"
+    assert while_unchanged(("t", "x"), [str(a), str(b)], lambda: "a+b") == "a+b"
+    assert while_unchanged(("t", "y"), [str(a), str(b)], lambda: "y") == "y"
+    # One value of each kind: slot x's went when y's came.
+    assert while_unchanged(("t", "x"), [str(a), str(b)], lambda: "again") == "again"
+
+
+def test_a_removed_file_is_computed_again(tmp_path):
+    a = write(tmp_path / "a.txt", "a")
+    settle()
+    assert while_unchanged(("t",), [str(a)], a.read_text) == "a"
+    a.unlink()
+    assert while_unchanged(("t",), [str(a)], lambda: "gone") == "gone"
+
+
+def test_an_image_folder_is_read_once_while_unchanged_and_again_after_a_rewrite_in_place(
+    tmp_path, monkeypatch
+):
+    from tests.test_feature_keys import write_folder
+
+    root = tmp_path / "images"
+    write_folder(root / "train", 1)
+    settle()
+    digests = []
+    digest = builtin._digest
+    monkeypatch.setattr(builtin, "_digest", lambda *a: digests.append(1) or digest(*a))
+    first = builtin._folder_key(root)
+    assert builtin._folder_key(root) == first
+    assert len(digests) == 1
+    write_folder(root / "train", 2)  # other pixels; the names, sizes and times kept
+    settle()
+    second = builtin._folder_key(root)
+    assert len(digests) == 2 and second != first
+    files._remembered.clear()
+    assert builtin._folder_key(root) == second  # what reading every file gives
+
+
+def test_a_feature_bank_is_read_once_while_its_shards_are_unchanged(tmp_path, monkeypatch):
+    folder = tmp_path / "bank"
+    said: list[str] = []
+    bank = FeatureBank(folder, "key", said.append)
+    bank.load()
+    one, two = [bytes([i]) * 32 for i in (1, 2)]
+    bank.store([one], torch.ones(1, 3))
+    settle()
+    reads = []
+    read = FeatureBank._read
+    monkeypatch.setattr(FeatureBank, "_read", lambda self, p: reads.append(p) or read(self, p))
+    for _ in range(2):
+        again = FeatureBank(folder, "key", said.append)
+        again.load()
+        assert again.find([one, two])[0] == [0]
+    assert len(reads) == 1
+    again.store([two], torch.full((1, 3), 2.0))  # a new shard: the folder changed
+    later = FeatureBank(folder, "key", said.append)
+    later.load()
+    found, rows = later.find([one, two])
+    assert found == [0, 1] and torch.equal(torch.stack(rows), torch.tensor([[1.0] * 3, [2.0] * 3]))
+    assert len(reads) == 3  # both shards read
+    assert not said
