@@ -204,3 +204,89 @@ def test_a_refit_run_records_its_choice_and_keeps_the_refitted_classifier(method
     curve = {f"decoupled/val_balanced_accuracy/C_{c:g}" for c in C_GRID}
     assert curve <= set(metrics)
     assert results["val/balanced_accuracy"] == metrics["val/balanced_accuracy"]
+
+
+def _counting_fits(monkeypatch) -> list[float]:
+    """Every C that :func:`fit_logistic` fits from now on; the memory of refits emptied."""
+    from collections import OrderedDict
+
+    from runner.train import refit
+
+    fitted: list[float] = []
+    monkeypatch.setattr(refit, "_refits", OrderedDict())
+
+    def counting(*args, **kwargs):
+        fitted.append(args[3])
+        return fit_logistic(*args, **kwargs)
+
+    monkeypatch.setattr(refit, "fit_logistic", counting)
+    return fitted
+
+
+@pytest.mark.unit
+def test_a_refit_of_the_same_contents_is_what_fitting_again_gives_without_fitting(monkeypatch):
+    from runner.train import refit
+
+    fitted = _counting_fits(monkeypatch)
+    rng = np.random.default_rng(3)
+    x, y = _blobs(rng, [60, 20, 8], 5, 1.5)
+    val_x, val_y = _blobs(rng, [10, 10, 10], 5, 1.5)
+    prior = torch.bincount(y).double() / len(y)
+
+    def refit_into(classifier, rows, digest=b"validation"):
+        predict = lambda: classifier(val_x).argmax(1).numpy()  # noqa: E731
+        with torch.no_grad():
+            return choose_refit(
+                classifier, rows, prior, predict, val_y.numpy(), False, validation_digest=digest
+            )
+
+    torch.manual_seed(0)
+    first = torch.nn.Linear(5, 3)
+    chosen = refit_into(first, (x, y))
+    assert len(fitted) == len(C_GRID)
+    torch.manual_seed(1)  # another start: a refit does not depend on it
+    second = torch.nn.Linear(5, 3)
+    again = refit_into(second, (x.clone(), y.clone()))
+    assert len(fitted) == len(C_GRID)  # taken from the first
+    assert torch.equal(second.weight, first.weight) and torch.equal(second.bias, first.bias)
+    assert (again.c, again.tau, again.scores) == (chosen.c, chosen.tau, chosen.scores)
+    assert np.array_equal(again.cross_fitted, chosen.cross_fitted)
+    refit._refits.clear()
+    fresh = torch.nn.Linear(5, 3)
+    anew = refit_into(fresh, (x, y))
+    assert len(fitted) == 2 * len(C_GRID)  # fitted again: the same as the remembered one
+    assert torch.equal(fresh.weight, first.weight) and torch.equal(fresh.bias, first.bias)
+    assert np.array_equal(anew.cross_fitted, chosen.cross_fitted)
+    changed = x.clone()
+    changed[0, 0] += 1e-3
+    refit_into(torch.nn.Linear(5, 3), (changed, y))
+    refit_into(torch.nn.Linear(5, 3), (x, y), digest=b"other validation inputs")
+    assert len(fitted) == 4 * len(C_GRID)
+
+
+@pytest.mark.slow
+def test_a_second_run_on_the_same_features_takes_the_first_runs_refit(monkeypatch, tracking_uri):
+    """Two runs of one config in one process (as a sweep's jobs): the second's refit is the
+    first's, without fitting; another cut of the data fits again."""
+    from runner.app import run
+
+    fitted = _counting_fits(monkeypatch)
+    overrides = [
+        "+method=logistic_la",
+        "data=digits_lt",
+        "data.val_per_class=20",
+        "model.freeze=true",
+        "trainer.augment=false",
+        "trainer.epochs=2",
+        "trainer.progress=false",
+        "trainer.threads=1",
+        "tracking.plots=false",
+        "tracking.log_model=false",
+        f"tracking.uri={tracking_uri}",
+    ]
+    first = run(compose_config(overrides))
+    assert len(fitted) == len(C_GRID)
+    second = run(compose_config(overrides))
+    assert len(fitted) == len(C_GRID) and second == first
+    run(compose_config([*overrides, "data.data_seed=1"]))
+    assert len(fitted) == 2 * len(C_GRID)

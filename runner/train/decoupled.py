@@ -31,6 +31,7 @@ chosen over the same grid and cross-fitted alike (:func:`choose_adjustment`).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -214,6 +215,16 @@ class ClassifierInputs:
         finally:
             model.train(was_training)
 
+    def digest(self) -> bytes:
+        """A digest of what :meth:`predict` reads besides the classifier's parameters: the
+        inputs (their chunks' dtypes, shapes and bytes), the classifier's type and device."""
+        classifier = type(self.classifier)
+        digest = hashlib.sha256(f"{classifier.__module__}.{classifier.__qualname__}".encode())
+        for chunk in self.chunks:
+            digest.update(f"|{chunk.dtype}{tuple(chunk.shape)}{chunk.device.type}|".encode())
+            digest.update(tensor_bytes(chunk))
+        return digest.digest()
+
     @torch.no_grad()
     def predict(self) -> np.ndarray:
         """The predicted classes of the validation rows by the classifier as it stands, in eval
@@ -226,6 +237,12 @@ class ClassifierInputs:
         finally:
             self.classifier.train(was_training)
         return torch.cat(preds).cpu().numpy() if preds else np.empty(0, np.int64)
+
+
+def tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    """``tensor``'s bytes (on the CPU, contiguous), for a digest."""
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().data
 
 
 def cross_fit(

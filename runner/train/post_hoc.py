@@ -43,8 +43,9 @@ def choose_post_hoc(
         features = torch.cat(chunks) if chunks else torch.empty(0, device=parts.device)
         return features.float(), parts.data.train_y.to(features.device)
 
+    val = inputs_of(val_x)
     validation = PostHocInputs(
-        inputs_of(val_x).predict, val_y.numpy(), parts.data.train_counts, training
+        val.predict, val_y.numpy(), parts.data.train_counts, training, val.digest
     )
     choice = stage.choose(model, validation)
     log.info("%s: %s", stage.name, choice.describe())

@@ -182,12 +182,15 @@ class PostHocInputs:
     """What a post-hoc stage chooses with: ``predict`` gives the validation rows' predicted
     classes by the classifier as it stands, ``labels`` their labels, ``counts`` the training
     class counts; ``training()`` the classifier's inputs for every training row (the model in
-    eval mode, no augmentation) and their labels, computed when a stage asks."""
+    eval mode, no augmentation) and their labels, computed when a stage asks;
+    ``validation_digest()`` a digest of what ``predict`` reads besides the classifier's
+    parameters (:meth:`runner.train.decoupled.ClassifierInputs.digest`)."""
 
     predict: Callable[[], np.ndarray]
     labels: np.ndarray
     counts: torch.Tensor
     training: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+    validation_digest: Callable[[], bytes]
 
 
 class PostHocChoice(Protocol):
@@ -297,6 +300,7 @@ class LogisticRefit(PostHocStage):
             inputs.labels,
             balanced=self.balanced,
             tau_grid=taus,
+            validation_digest=inputs.validation_digest(),
         )
 
 
