@@ -13,7 +13,9 @@ T = TypeVar("T")
 
 # A file changed less than this long ago is not remembered: Linux stamps a write's times from a
 # coarse clock (milliseconds apart), so a second write within the tick of the first can leave
-# the file's size and times as they were.
+# the file's size and times as they were. It assumes times finer than this and a stat that sees
+# every write (not so for FAT's 2 s, or a network file system's cached attributes of a file
+# another machine rewrites).
 SETTLED_NS = 1_000_000_000
 # kind (a slot's first part) -> (the slot, its paths, their states, the value computed from
 # them): one value of each kind, so that a sweep over many backbones holds one bank's rows.

@@ -50,6 +50,20 @@ def user_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     return folder
 
 
+@pytest.fixture(autouse=True)
+def nothing_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts with the process's memories of files and refits empty
+    (:func:`runner.files.while_unchanged`, :func:`runner.train.refit.choose_refit`): a value one
+    test left behind never answers another's call."""
+    from collections import OrderedDict
+
+    from runner import files
+    from runner.train import refit
+
+    monkeypatch.setattr(files, "_remembered", {})
+    monkeypatch.setattr(refit, "_refits", OrderedDict())
+
+
 @pytest.fixture(scope="session")
 def migrated_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A sqlite store with MLflow's migrations applied once (~2.6 s); copies open in 0.1 s."""

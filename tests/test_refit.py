@@ -207,13 +207,11 @@ def test_a_refit_run_records_its_choice_and_keeps_the_refitted_classifier(method
 
 
 def _counting_fits(monkeypatch) -> list[float]:
-    """Every C that :func:`fit_logistic` fits from now on; the memory of refits emptied."""
-    from collections import OrderedDict
-
+    """Every C that :func:`fit_logistic` fits from now on (the memory of refits starts empty:
+    tests/conftest.py)."""
     from runner.train import refit
 
     fitted: list[float] = []
-    monkeypatch.setattr(refit, "_refits", OrderedDict())
 
     def counting(*args, **kwargs):
         fitted.append(args[3])
@@ -290,3 +288,49 @@ def test_a_second_run_on_the_same_features_takes_the_first_runs_refit(monkeypatc
     assert len(fitted) == len(C_GRID) and second == first
     run(compose_config([*overrides, "data.data_seed=1"]))
     assert len(fitted) == 2 * len(C_GRID)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("change", ["labels", "prior", "val_labels", "balanced", "tau_grid"])
+def test_a_refit_with_anything_of_its_key_changed_fits_again(change, monkeypatch):
+    fitted = _counting_fits(monkeypatch)
+    rng = np.random.default_rng(4)
+    x, y = _blobs(rng, [40, 20, 10], 4, 1.5)
+    val_x, val_y = _blobs(rng, [10, 10, 10], 4, 1.5)
+    prior = torch.bincount(y).double() / len(y)
+    args = {
+        "rows": (x, y),
+        "prior": prior,
+        "val": val_y.numpy(),
+        "balanced": False,
+        "taus": (0.0, 1.0),
+    }
+
+    def refit_into(rows, prior, val, balanced, taus):
+        classifier = torch.nn.Linear(4, 3)
+        predict = lambda: classifier(val_x).argmax(1).numpy()  # noqa: E731
+        with torch.no_grad():
+            choose_refit(
+                classifier,
+                rows,
+                prior,
+                predict,
+                val,
+                balanced,
+                c_grid=(0.1, 1.0),
+                tau_grid=taus,
+                validation_digest=b"validation",
+            )
+
+    refit_into(**args)
+    refit_into(**args)
+    assert len(fitted) == 2  # the second taken from the first
+    changed = {
+        "labels": {"rows": (x, y.roll(1))},
+        "prior": {"prior": prior.flip(0)},
+        "val_labels": {"val": np.roll(val_y.numpy(), 1)},
+        "balanced": {"balanced": True},
+        "tau_grid": {"taus": (0.0, 0.5)},
+    }[change]
+    refit_into(**{**args, **changed})
+    assert len(fitted) == 4

@@ -27,7 +27,6 @@ SETTLED_S = 0.2
 @pytest.fixture(autouse=True)
 def quick_settling(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(files, "SETTLED_NS", int(SETTLED_S * 1e9))
-    monkeypatch.setattr(files, "_remembered", {})
 
 
 def settle() -> None:
@@ -88,6 +87,7 @@ def test_a_file_that_changes_while_computed_is_not_remembered(tmp_path):
         return text
 
     assert while_unchanged(("t",), [str(path)], read_then_change) == "one"
+    assert files._remembered == {}  # not kept: it is not what the files now give
     settle()
     assert while_unchanged(("t",), [str(path)], path.read_text) == "two"
 
@@ -155,3 +155,17 @@ def test_a_feature_bank_is_read_once_while_its_shards_are_unchanged(tmp_path, mo
     assert found == [0, 1] and torch.equal(torch.stack(rows), torch.tensor([[1.0] * 3, [2.0] * 3]))
     assert len(reads) == 3  # both shards read
     assert not said
+
+
+def test_an_image_folder_behind_a_link_is_keyed_by_the_files_it_links_to(tmp_path):
+    """torchvision's ImageFolder decodes the images of a linked folder: the key reads them."""
+    from tests.test_feature_keys import write_folder
+
+    first, second = write_folder(tmp_path / "one", 1), write_folder(tmp_path / "two", 2)
+    root = tmp_path / "images"
+    root.mkdir()
+    (root / "train").symlink_to(first, target_is_directory=True)
+    before = builtin._folder_key(root)
+    (root / "train").unlink()
+    (root / "train").symlink_to(second, target_is_directory=True)
+    assert builtin._folder_key(root) != before

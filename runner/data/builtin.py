@@ -193,9 +193,10 @@ def _folder_key(root: Path) -> str:
     times, give another key. The files are read once per process while none of them changes
     (:func:`runner.files.while_unchanged`): every job of a sweep builds the data again."""
     # os.walk and plain strings: pathlib's objects cost several times the reading of 60,000
-    # small files. Sorted by path components, the order sorted(Path) gives.
+    # small files. Sorted by path components, the order sorted(Path) gives. Into linked folders,
+    # as torchvision's ImageFolder, which decodes them, goes.
     files = []
-    for folder, _, names in os.walk(root):
+    for folder, _, names in os.walk(root, followlinks=True):
         relative = os.path.relpath(folder, root)
         files += [name if relative == "." else os.path.join(relative, name) for name in names]
     files.sort(key=lambda name: name.split(os.sep))

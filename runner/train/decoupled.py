@@ -217,7 +217,8 @@ class ClassifierInputs:
 
     def digest(self) -> bytes:
         """A digest of what :meth:`predict` reads besides the classifier's parameters: the
-        inputs (their chunks' dtypes, shapes and bytes), the classifier's type and device."""
+        inputs (their chunks' dtypes, shapes, device types and bytes) and the classifier's type.
+        The precision :meth:`predict` runs in follows the device type (autocast on a GPU)."""
         classifier = type(self.classifier)
         digest = hashlib.sha256(f"{classifier.__module__}.{classifier.__qualname__}".encode())
         for chunk in self.chunks:

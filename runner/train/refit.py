@@ -47,7 +47,7 @@ MAX_ITERATIONS = 1000  # L-BFGS steps per fit (scikit-learn's max_iter is 100; i
 # ``tol`` for lbfgs (its ``gtol``, on the same objective). On pretrained CIFAR-10-LT features
 # (12,406 x 1280) 1e-7 fitted the grid in 100 s instead of 8 s and chose the same C and tau.
 GRADIENT_TOLERANCE = 1e-4
-# Refits by the contents they are a function of (:func:`_refit_key`), the latest few: on frozen
+# Refits by the contents they are a function of (:func:`_refit_key`), the last few used: on frozen
 # features every seed of a race hands a refit the same rows, labels and validation inputs, and
 # fitting the C grid takes seconds (10 s on CIFAR-10-LT's pretrained features) for the same
 # result.
@@ -185,12 +185,13 @@ def choose_refit(
     Given ``validation_digest`` (a digest of what ``predict`` reads besides the classifier's
     parameters), a refit of the same contents done earlier in this process is taken instead
     of fitting again: on the CPU the fits are deterministic for a thread count, so it is what
-    fitting again gives (tested)."""
+    fitting again gives (tested); on a GPU, up to the order of its float64 sums."""
     key = None
     if validation_digest is not None:
         arguments = (training, prior, labels, balanced, c_grid, tau_grid)
         key = _refit_key(validation_digest, classifier, *arguments)
         if key in _refits:
+            _refits.move_to_end(key)  # the least recently used goes first
             choice, weight, bias = _refits[key]
             assert classifier.bias is not None
             classifier.weight.copy_(weight)
@@ -250,7 +251,7 @@ def _refit_key(
         digest.update(tensor_bytes(tensor))
     weight = classifier.weight
     settings = (balanced, sorted(c_grid), list(tau_grid), MAX_ITERATIONS, GRADIENT_TOLERANCE)
-    where = (weight.dtype, weight.device.type, torch.get_num_threads())
+    where = (tuple(weight.shape), weight.dtype, weight.device.type, torch.get_num_threads())
     digest.update(repr((settings, *where)).encode())
     return digest.digest()
 
