@@ -42,6 +42,7 @@ from torch import nn
 
 from runner.errors import UserError
 from runner.models.heads import ScaledClassifier
+from runner.train.feature_bank import tensor_bytes
 
 # The reference's sweep (its tau_norm.py: np.linspace(0, 2, 21)): tau=0 keeps the weights, tau=1
 # gives every class weight unit norm; above 1 the ordering of the norms inverts
@@ -238,12 +239,6 @@ class ClassifierInputs:
         finally:
             self.classifier.train(was_training)
         return torch.cat(preds).cpu().numpy() if preds else np.empty(0, np.int64)
-
-
-def tensor_bytes(tensor: torch.Tensor) -> memoryview:
-    """``tensor``'s bytes (on the CPU, contiguous), for a digest."""
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    return flat.view(torch.uint8).numpy().data
 
 
 def cross_fit(

@@ -39,7 +39,7 @@ from runner.locks import beat, turn
 from runner.models import FeatureClassifier
 from runner.models.backbones import FrozenBackbone
 from runner.models.source import UnreadableCode, code_digest
-from runner.train.feature_bank import FeatureBank, bank_folder, row_digests
+from runner.train.feature_bank import FeatureBank, bank_folder, row_digests, tensor_bytes
 from runner.train.feed import Feed
 from runner.train.heap import kept_heap
 from runner.train.onnx_engine import Forward, OnnxRuntime
@@ -282,9 +282,8 @@ def weights_digest(module: nn.Module) -> str:
     """A digest of every tensor in ``module``'s state (parameters and buffers, by name)."""
     digest = hashlib.blake2b(digest_size=16)
     for name, tensor in module.state_dict().items():
-        raw = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-        digest.update(raw.numpy().tobytes())
+        digest.update(tensor_bytes(tensor))
     return digest.hexdigest()
 
 

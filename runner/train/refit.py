@@ -37,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runner.train.decoupled import TAU_GRID, adjusted_bias, cross_fit_table, tensor_bytes
+from runner.train.decoupled import TAU_GRID, adjusted_bias, cross_fit_table
+from runner.train.feature_bank import tensor_bytes
 
 # scikit-learn's default C is 1; on standardised pretrained features (1280 of them, 10 classes)
 # validation chose 0.001, the strongest of a grid that stopped there, so the grid reaches 1e-4.
@@ -188,8 +189,9 @@ def choose_refit(
     fitting again gives (tested); on a GPU, up to the order of its float64 sums."""
     key = None
     if validation_digest is not None:
-        arguments = (training, prior, labels, balanced, c_grid, tau_grid)
-        key = _refit_key(validation_digest, classifier, *arguments)
+        key = _refit_key(
+            validation_digest, classifier, training, prior, labels, balanced, c_grid, tau_grid
+        )
         if key in _refits:
             _refits.move_to_end(key)  # the least recently used goes first
             choice, weight, bias = _refits[key]
