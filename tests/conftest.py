@@ -21,6 +21,9 @@ from omegaconf import DictConfig
 
 from runner.cache_dirs import ENV
 from runner.config import CONF, register
+from tests.helpers.schedule import LONGEST_FIRST
+from tests.helpers.schedule import pytest_configure as pytest_configure
+from tests.helpers.schedule import pytest_xdist_make_scheduler as pytest_xdist_make_scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,59 +89,13 @@ def compose_config(overrides: list[str]) -> DictConfig:
         return compose(config_name="config", overrides=overrides)
 
 
-# The files that take longest (``pytest --durations``, slowest first), collected first: under
-# ``-n 3 --dist loadgroup`` each test goes to the next free worker, in this order, so the long
-# ones start at once rather than last, when they would run on alone while the others idle.
-LONGEST_FIRST = (
-    "test_faults_sweeps",
-    "test_resume",
-    "test_server",
-    "test_cli_launchers",
-    "test_errors",
-    "test_faults",
-    "test_faults_checkpoints",
-    "test_race_processes",
-    "test_ddp",
-    "test_frameworks",
-    "test_race",
-    "test_tau_norm_selection",
-    "test_report",
-    "test_browser",
-    "test_docs",
-    "test_backbones",
-    "test_prefixes",
-)
-# Files whose tests share a module-scoped fixture that is slow to build (a server, a sweep, a
-# process group): their tests stay together in one worker, which builds it once.
-SHARED_FIXTURE = (
-    "test_browser",
-    "test_ddp",
-    "test_faults_checkpoints",
-    "test_frameworks",
-    "test_multilabel_run",
-    "test_report",
-    "test_resume",
-    "test_server",
-)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """xdist hands out the tests in the order collected (:func:`pytest_collection_modifyitems`)."""
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test is of a kind: the marker closest to it (a test's own over its module's).
-    The longest files first (:data:`LONGEST_FIRST`), the others as collected; the tests of a
-    file in :data:`SHARED_FIXTURE` in one xdist group."""
+    The longest files first (:data:`LONGEST_FIRST`), the others as collected."""
     unmarked = [
         item.nodeid for item in items if not any(m.name in KINDS for m in item.iter_markers())
     ]
     if unmarked:
         raise pytest.UsageError(f"tests without a kind marker {KINDS}: {unmarked[:5]}")
-    for item in items:
-        if item.path.stem in SHARED_FIXTURE:
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
     rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: files stay whole
