@@ -97,3 +97,51 @@ def while_unchanged(slot: tuple[str, ...], paths: Sequence[str], compute: Callab
     if before is not None and file_states(names) == before:
         _remembered[slot[0]] = (slot, names, before, value)
     return value
+
+
+def listed_while_unchanged(root: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Every file under the folder ``root``, walked into linked folders as
+    ``os.walk(root, followlinks=True)`` walks: their names relative to ``root``, sorted by path
+    components (the order ``sorted(Path)`` gives), and their paths. Taken from the last walk of
+    ``root`` in this process while every folder's state (:func:`file_states`) is as it was then:
+    the kernel moves a folder's change time when an entry is added to, removed from or renamed
+    in it, and each folder's state is read before it is listed, so that a change while it is
+    listed is seen at the next call. One folder's listing is held.
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> (root / "b").mkdir()
+        >>> for name in ("b/x.png", "a.png"):
+        ...     _ = (root / name).write_bytes(b"")
+        >>> listed_while_unchanged(str(root))[0]
+        ('a.png', 'b/x.png')
+    """
+    slot = ("folder listing", root)
+    held = _remembered.get(slot[0])
+    if held is not None and held[0] == slot and file_states(held[1]) == held[2]:
+        listing: tuple[tuple[str, ...], tuple[str, ...]] = held[3]
+        return listing
+    _remembered.pop(slot[0], None)
+    folders: list[str] = []
+    states: list[tuple[int, ...]] = []
+    names: list[str] = []
+    pending = [""]
+    while pending:
+        relative = pending.pop()
+        folder = os.path.join(root, relative) if relative else root
+        state = file_states([folder])  # before listing: a change while listed moves it later
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    name = os.path.join(relative, entry.name) if relative else entry.name
+                    (pending if entry.is_dir() else names).append(name)
+        except OSError:  # as os.walk: a folder that cannot be listed is left out
+            state = None
+        folders.append(folder)
+        states.append(state[0] if state is not None else ())
+    names.sort(key=lambda name: name.split(os.sep))
+    listing = tuple(names), tuple(os.path.join(root, name) for name in names)
+    if all(states):  # every folder listed and settled
+        _remembered[slot[0]] = (slot, tuple(folders), tuple(states), listing)
+    return listing

@@ -169,3 +169,81 @@ def test_an_image_folder_behind_a_link_is_keyed_by_the_files_it_links_to(tmp_pat
     (root / "train").unlink()
     (root / "train").symlink_to(second, target_is_directory=True)
     assert builtin._folder_key(root) != before
+
+
+def walked(root: Path) -> list[str]:
+    """The files under ``root`` as ``os.walk(followlinks=True)`` finds them, sorted as
+    ``sorted(Path)`` sorts them."""
+    names = [
+        os.path.relpath(os.path.join(folder, name), root)
+        for folder, _, found in os.walk(root, followlinks=True)
+        for name in found
+    ]
+    return sorted(names, key=lambda name: Path(name).parts)
+
+
+def folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def tree(root: Path) -> Path:
+    for name in ("b/2.png", "b/10.png", "a.png", "b/c/d/x.png", "b-c/y.png", "B/z.png"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(name.encode())
+    linked = root.parent / f"{root.name}-linked"
+    (linked / "deep").mkdir(parents=True)
+    (linked / "deep" / "w.png").write_bytes(b"w")
+    (root / "link").symlink_to(linked, target_is_directory=True)
+    return root
+
+
+def test_a_folder_is_listed_as_os_walk_finds_it_and_listed_once_while_unchanged(
+    tmp_path, monkeypatch
+):
+    root = tree(tmp_path / "root")
+    settle()
+    names, paths = files.listed_while_unchanged(str(root))
+    assert list(names) == walked(root)
+    assert list(paths) == [str(root / name) for name in names]
+    scandir = os.scandir
+    listed: list[str] = []
+    monkeypatch.setattr(os, "scandir", lambda path: listed.append(path) or scandir(path))
+    assert files.listed_while_unchanged(str(root)) == (names, paths)
+    assert listed == []  # every folder as it was: nothing listed again
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda root: (root / "b" / "c" / "d" / "new.png").write_bytes(b"n"),
+        lambda root: (root / "b" / "2.png").unlink(),
+        lambda root: (root / "b" / "2.png").rename(root / "b" / "3.png"),
+        lambda root: write(folder(root / "b" / "c" / "e") / "n.png", "n"),
+        lambda root: (root.parent / "root-linked" / "deep" / "v.png").write_bytes(b"v"),
+        lambda root: (root / "link").unlink(),
+    ],
+    ids=["added", "removed", "renamed", "new folder", "added behind a link", "link removed"],
+)
+def test_a_folder_is_listed_again_after_an_entry_is_added_removed_or_renamed(tmp_path, change):
+    root = tree(tmp_path / "root")
+    settle()
+    before = files.listed_while_unchanged(str(root))
+    change(root)
+    settle()
+    after = files.listed_while_unchanged(str(root))
+    assert list(after[0]) == walked(root) != list(before[0])
+
+
+def test_a_folder_changed_within_the_settling_time_is_listed_again(tmp_path, monkeypatch):
+    root = tree(tmp_path / "root")
+    settle()
+    files.listed_while_unchanged(str(root))
+    (root / "b" / "new.png").write_bytes(b"n")  # at once: the folder's times may not tell yet
+    first = files.listed_while_unchanged(str(root))
+    assert "b/new.png" in first[0]
+    scandir = os.scandir
+    listed: list[str] = []
+    monkeypatch.setattr(os, "scandir", lambda path: listed.append(path) or scandir(path))
+    assert files.listed_while_unchanged(str(root)) == first
+    assert listed  # listed again: a folder that changed just now is not remembered

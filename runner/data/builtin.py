@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from runner import cache_dirs
 from runner.data.cut import LongTailCut, long_tail_source
 from runner.data.samples import uint8_channel_stats
 from runner.data.types import Augment, Feeding, LongTailData
-from runner.files import while_unchanged, write_atomically
+from runner.files import listed_while_unchanged, while_unchanged, write_atomically
 
 DECODED_FORMAT = 2  # of the decoded image-folder caches (2: keyed by the files' bytes)
 CIFAR_STATS = {
@@ -190,21 +191,15 @@ def _class_folders(root: Path) -> list[str]:
 def _folder_key(root: Path) -> str:
     """A digest of what decoding ``root`` gives: every file's relative path and bytes, and the
     decoder's version (torchvision's). Files rewritten in place, with the same names, sizes and
-    times, give another key. The files are read once per process while none of them changes
-    (:func:`runner.files.while_unchanged`): every job of a sweep builds the data again."""
-    # os.walk and plain strings: pathlib's objects cost several times the reading of 60,000
-    # small files. Sorted by path components, the order sorted(Path) gives. Into linked folders,
-    # as torchvision's ImageFolder, which decodes them, goes.
-    files = []
-    for folder, _, names in os.walk(root, followlinks=True):
-        relative = os.path.relpath(folder, root)
-        files += [name if relative == "." else os.path.join(relative, name) for name in names]
-    files.sort(key=lambda name: name.split(os.sep))
-    paths = [os.path.join(root, relative) for relative in files]
+    times, give another key. The folders are listed and the files read once per process while
+    none of them changes (:func:`runner.files.listed_while_unchanged`,
+    :func:`runner.files.while_unchanged`): every job of a sweep builds the data again."""
+    # Into linked folders, as torchvision's ImageFolder, which decodes them, goes.
+    files, paths = listed_while_unchanged(str(root))
     return while_unchanged(("image folder", str(root)), paths, lambda: _digest(files, paths))
 
 
-def _digest(files: list[str], paths: list[str]) -> str:
+def _digest(files: Sequence[str], paths: Sequence[str]) -> str:
     """:func:`_folder_key`'s digest of the files (relative names ``files`` at ``paths``)."""
     import torchvision
 
