@@ -26,6 +26,7 @@ LONGEST_FIRST = (
     "test_faults",
     "test_faults_checkpoints",
     "test_race_processes",
+    "test_wheel",
     "test_race",
     "test_tau_norm_selection",
     "test_report",
@@ -33,6 +34,7 @@ LONGEST_FIRST = (
     "test_docs",
     "test_backbones",
     "test_prefixes",
+    "test_suite_schedule",
 )
 # Files whose tests share a module-scoped fixture that is slow to build (a server, a sweep, a
 # process group): their tests stay together in one worker, which builds it once.
