@@ -63,13 +63,15 @@ def work_unit(nodeid: str) -> str:
     return file if Path(file).stem in SHARED_FIXTURE else nodeid
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: none without it (-p no:xdist)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under ``--dist loadgroup``, xdist's group scheduling with :func:`work_unit` as the group.
 
     xdist groups the tests of one ``xdist_group`` by a suffix it writes into ``Item._nodeid``,
-    which pytest 9 no longer reads as the test's id: each test went alone to the next free
-    worker, and each of the three workers built a file's module fixture again (the process
-    group of tests/test_ddp.py three times). Its public hook chooses the unit instead."""
+    which pytest 9.2 no longer reads as the test's id (pytest-dev/pytest-xdist#1386): each
+    test went alone to the next free worker, and each of the three workers built a file's
+    module fixture again (the process group of tests/test_ddp.py three times). Its public
+    hook chooses the unit instead."""
     if config.getvalue("dist") != "loadgroup":
         return None  # xdist's own
     from xdist.scheduler import LoadGroupScheduling
