@@ -103,10 +103,13 @@ def listed_while_unchanged(root: str) -> tuple[tuple[str, ...], tuple[str, ...]]
     """Every file under the folder ``root``, walked into linked folders as
     ``os.walk(root, followlinks=True)`` walks: their names relative to ``root``, sorted by path
     components (the order ``sorted(Path)`` gives), and their paths. Taken from the last walk of
-    ``root`` in this process while every folder's state (:func:`file_states`) is as it was then:
-    the kernel moves a folder's change time when an entry is added to, removed from or renamed
-    in it, and each folder's state is read before it is listed, so that a change while it is
-    listed is seen at the next call. One folder's listing is held.
+    ``root`` in this process while every folder's and every link's state (:func:`file_states`;
+    a link's is its target's) is as it was then: the kernel moves a folder's change time when an
+    entry is added to, removed from or renamed in it, and a link's target that becomes a folder
+    is another file. Each state is read before its folder is listed or its link classified, so
+    that a change meanwhile is seen at the next call. A walk that met a broken link, a folder it
+    could not list or an entry it could not classify is not remembered. One folder's listing is
+    held.
 
     Example:
         >>> import tempfile
@@ -123,25 +126,40 @@ def listed_while_unchanged(root: str) -> tuple[tuple[str, ...], tuple[str, ...]]
         listing: tuple[tuple[str, ...], tuple[str, ...]] = held[3]
         return listing
     _remembered.pop(slot[0], None)
-    folders: list[str] = []
+    watched: list[str] = []
     states: list[tuple[int, ...]] = []
+    settled = True  # every folder and link read, none changed within the settling time
+
+    def watch(path: str) -> None:
+        nonlocal settled
+        state = file_states([path])
+        if state is None:
+            settled = False
+        else:
+            watched.append(path)
+            states.append(state[0])
+
     names: list[str] = []
     pending = [""]
     while pending:
         relative = pending.pop()
         folder = os.path.join(root, relative) if relative else root
-        state = file_states([folder])  # before listing: a change while listed moves it later
+        watch(folder)
         try:
             with os.scandir(folder) as entries:
                 for entry in entries:
                     name = os.path.join(relative, entry.name) if relative else entry.name
-                    (pending if entry.is_dir() else names).append(name)
+                    try:
+                        if entry.is_symlink():  # its target may change, no folder here with it
+                            watch(entry.path)
+                        is_folder = entry.is_dir()
+                    except OSError:  # as os.walk: not a folder (a loop of links, say)
+                        is_folder, settled = False, False
+                    (pending if is_folder else names).append(name)
         except OSError:  # as os.walk: a folder that cannot be listed is left out
-            state = None
-        folders.append(folder)
-        states.append(state[0] if state is not None else ())
+            settled = False
     names.sort(key=lambda name: name.split(os.sep))
     listing = tuple(names), tuple(os.path.join(root, name) for name in names)
-    if all(states):  # every folder listed and settled
-        _remembered[slot[0]] = (slot, tuple(folders), tuple(states), listing)
+    if settled:
+        _remembered[slot[0]] = (slot, tuple(watched), tuple(states), listing)
     return listing

@@ -239,7 +239,9 @@ def test_a_folder_changed_within_the_settling_time_is_listed_again(tmp_path, mon
     root = tree(tmp_path / "root")
     settle()
     files.listed_while_unchanged(str(root))
-    (root / "b" / "new.png").write_bytes(b"n")  # at once: the folder's times may not tell yet
+    (root / "b" / "new.png").write_bytes(b"n")
+    # Just written, however long this loaded machine takes to reach the next line.
+    monkeypatch.setattr(files, "SETTLED_NS", 3600 * 10**9)
     first = files.listed_while_unchanged(str(root))
     assert "b/new.png" in first[0]
     scandir = os.scandir
@@ -247,3 +249,41 @@ def test_a_folder_changed_within_the_settling_time_is_listed_again(tmp_path, mon
     monkeypatch.setattr(os, "scandir", lambda path: listed.append(path) or scandir(path))
     assert files.listed_while_unchanged(str(root)) == first
     assert listed  # listed again: a folder that changed just now is not remembered
+
+
+@pytest.mark.parametrize(
+    ("make", "change"),
+    [
+        (  # a broken link whose target appears as a folder of images
+            lambda root, outside: (root / "b" / "more").symlink_to(outside / "extra"),
+            lambda root, outside: write(folder(outside / "extra") / "new.png", "n"),
+        ),
+        (  # a link to an image whose target is replaced by a folder of images
+            lambda root, outside: (root / "b" / "t.png").symlink_to(write(outside / "t", "t")),
+            lambda root, outside: (
+                (outside / "t").unlink(),
+                write(folder(outside / "t") / "in.png", "i"),
+            ),
+        ),
+    ],
+    ids=["broken link", "link to a file"],
+)
+def test_a_link_whose_target_becomes_a_folder_is_listed_again(tmp_path, make, change):
+    """No folder of the tree changes: the link's target does."""
+    root, outside = tree(tmp_path / "root"), folder(tmp_path / "outside")
+    make(root, outside)
+    settle()
+    before = files.listed_while_unchanged(str(root))
+    change(root, outside)
+    settle()
+    after = files.listed_while_unchanged(str(root))
+    assert list(after[0]) == walked(root) != list(before[0])
+
+
+def test_a_loop_of_links_is_a_file_as_os_walk_has_it_and_the_folder_is_listed_whole(tmp_path):
+    root = tree(tmp_path / "root")
+    (root / "b" / "loop").symlink_to(root / "b" / "loop")
+    settle()
+    assert list(files.listed_while_unchanged(str(root))[0]) == walked(root)
+    assert "b/loop" in walked(root) and "b/2.png" in walked(root)
+    assert "folder listing" not in files._remembered  # a link it cannot follow: not remembered
