@@ -64,8 +64,8 @@ $(FRAMEWORKS_STAMP): $(STAMP) pyproject.toml
 test: install install-frameworks install-system  ## the test suite (three processes on two cores: many tests wait on servers and signals; each test to the next free one)
 	$(PY) -m pytest -q -n 3 --dist loadgroup
 
-test-quick: install  ## the unit tests alone (in one process, about a minute)
-	$(PY) -m pytest -q -n 2 -m unit
+test-quick: install  ## the unit tests alone (two processes, about a minute)
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m unit
 
 lint: install install-frameworks  ## ruff lint and format check; mypy (strict on samplers/, runner/ and the plugin)
 	$(VENV)/bin/ruff check .

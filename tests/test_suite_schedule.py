@@ -31,12 +31,11 @@ def test_shared(n, built):
         file.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
 """
 OTHER_FILE = """
-import time
 import pytest
 
 @pytest.mark.parametrize("n", range(8))
 def test_other(n):
-    time.sleep(0.05)
+    pass
 """
 
 
@@ -51,7 +50,7 @@ def test_a_shared_fixture_files_tests_run_on_one_worker_that_builds_it_once(tmp_
         [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup"]
         + ["-p", "no:cacheprovider"],
         cwd=tmp_path,
-        env=environment(),
+        env={k: v for k, v in environment().items() if k != "PYTEST_ADDOPTS"},  # its own options
         capture_output=True,
         text=True,
         timeout=120,
@@ -63,7 +62,11 @@ def test_a_shared_fixture_files_tests_run_on_one_worker_that_builds_it_once(tmp_
     assert (tmp_path / "built.txt").read_text().split() == ran[:1]  # and built it once
 
 
-def test_the_named_files_are_the_suites():
+def test_the_suite_schedules_through_the_hook_and_names_its_own_files():
+    from tests import conftest
+    from tests.helpers import schedule
+
+    assert conftest.pytest_xdist_make_scheduler is schedule.pytest_xdist_make_scheduler
     files = {path.stem for path in TESTS.glob("test_*.py")}
     assert set(LONGEST_FIRST) <= files, set(LONGEST_FIRST) - files
     assert set(SHARED_FIXTURE) <= files, set(SHARED_FIXTURE) - files
