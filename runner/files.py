@@ -150,7 +150,7 @@ def listed_while_unchanged(root: str) -> tuple[tuple[str, ...], tuple[str, ...]]
                 for entry in entries:
                     name = os.path.join(relative, entry.name) if relative else entry.name
                     try:
-                        if entry.is_symlink():  # its target may change, no folder here with it
+                        if entry.is_symlink():  # its target can change while no folder does
                             watch(entry.path)
                         is_folder = entry.is_dir()
                     except OSError:  # as os.walk: not a folder (a loop of links, say)
