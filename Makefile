@@ -61,7 +61,7 @@ $(FRAMEWORKS_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[frameworks]'
 	touch $(FRAMEWORKS_STAMP)
 
-test: install install-frameworks install-system  ## the test suite (three processes on two cores: many tests wait on servers and signals; each test to the next free one)
+test: install install-frameworks install-system  ## the test suite (three processes on two cores: many tests wait on servers and signals; each test, or each file whose tests share a slow fixture, to the next free one)
 	$(PY) -m pytest -q -n 3 --dist loadgroup
 
 test-quick: install  ## the unit tests alone (two processes, about a minute)

@@ -34,7 +34,6 @@ LONGEST_FIRST = (
     "test_docs",
     "test_backbones",
     "test_prefixes",
-    "test_suite_schedule",
 )
 # Files whose tests share a module-scoped fixture that is slow to build (a server, a sweep, a
 # process group): their tests stay together in one worker, which builds it once.
