@@ -97,6 +97,31 @@ def test_a_changed_image_alone_is_computed_again(tmp_path, capsys):
     assert torch.equal(after.train_x[others], before.train_x[others])
 
 
+def test_rows_of_the_same_content_are_digested_once_per_process(monkeypatch):
+    """A sweep's jobs feed equal splits held in other tensors: their row digests are computed
+    once; a changed byte, another standardisation or a split read through a DataLoader
+    computes them, and the remembered digests are those a computation gives."""
+    from runner.train import features
+
+    x = torch.randint(0, 256, (40, 3, 4, 4), dtype=torch.uint8)
+    stats = ([0.5, 0.4, 0.3], [0.2, 0.2, 0.25])
+    converted = []
+    batches = Feed.batches
+    monkeypatch.setattr(Feed, "batches", lambda self, *a: converted.append(1) or batches(self, *a))
+    first = features.feed_digests(Feed(x, CPU, stats))
+    assert features.feed_digests(Feed(x.clone(), CPU, stats)) == first
+    assert len(converted) == 1
+    changed = x.clone()
+    changed[7, 0, 0, 0] ^= 1
+    again = features.feed_digests(Feed(changed, CPU, stats))
+    assert [i for i in range(40) if again[i] != first[i]] == [7]
+    other = features.feed_digests(Feed(x.clone(), CPU, (stats[0], [0.3, 0.2, 0.25])))
+    assert all(a != b for a, b in zip(other, first, strict=True))
+    assert len(converted) == 3
+    features._FED.clear()
+    assert features.feed_digests(Feed(x, CPU, stats)) == first  # what computing them gives
+
+
 def test_a_shard_of_the_wrong_shape_is_computed_again(tmp_path, capsys):
     _, first = frozen_run(tmp_path)
     for shard in tmp_path.glob("*/shard-*.pt"):

@@ -132,6 +132,38 @@ def test_an_image_folder_is_read_once_while_unchanged_and_again_after_a_rewrite_
     assert builtin._folder_key(root) == second  # what reading every file gives
 
 
+def test_a_decoded_image_folder_is_read_once_and_each_job_gets_data_of_its_own(
+    tmp_path, monkeypatch
+):
+    """The decoded cache and its channel statistics are read once per process while the cache
+    file is unchanged; what one job changes in its data is not what the next job gets."""
+    from tests.test_feature_keys import write_folder
+
+    root, cache = tmp_path / "images", tmp_path / "decoded"
+    for split in ("train", "test"):
+        write_folder(root / split, 1)
+    builtin.image_folder_lt(str(root), str(cache), imbalance_factor=2)  # decodes, writes
+    settle()
+    loads = []
+    load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(1) or load(*a, **k))
+    first = builtin.image_folder_lt(str(root), str(cache), imbalance_factor=2)
+    stats = [list(v) for v in first.normalize]
+    expected = (first.train_x.clone(), first.test_x.clone())
+    first.train_x.zero_()
+    first.test_x.zero_()
+    first.normalize[0][0] = first.normalize[1][0] = 9.0
+    second = builtin.image_folder_lt(str(root), str(cache), imbalance_factor=2)
+    assert len(loads) == 1
+    assert torch.equal(second.train_x, expected[0]) and torch.equal(second.test_x, expected[1])
+    assert [list(v) for v in second.normalize] == stats and stats[0][0] != 9.0
+    damaged = next(cache.glob("*.pt"))
+    damaged.write_bytes(b"not a tensor file")
+    settle()
+    third = builtin.image_folder_lt(str(root), str(cache), imbalance_factor=2)  # decoded again
+    assert len(loads) == 2 and torch.equal(third.test_x, expected[1])
+
+
 def test_a_feature_bank_is_read_once_while_its_shards_are_unchanged(tmp_path, monkeypatch):
     folder = tmp_path / "bank"
     said: list[str] = []

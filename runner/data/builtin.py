@@ -213,14 +213,14 @@ def _digest(files: Sequence[str], paths: Sequence[str]) -> str:
 
 
 def _read_decoded(cache: Path) -> dict[str, Any] | None:
-    """The decoded folder cached at ``cache``; None (after one line) when it cannot be read."""
-    if not cache.is_file():
-        return None
+    """The decoded folder cached at ``cache``, with its training images' channel statistics
+    (``train_stats``); None (after one line) when it cannot be read."""
     try:
         decoded: dict[str, Any] = torch.load(cache, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises many kinds for a damaged file
         print(f"data: {cache} is unreadable ({type(error).__name__}); decoding again", flush=True)
         return None
+    decoded["train_stats"] = uint8_channel_stats(decoded["train_x"])
     return decoded
 
 
@@ -232,9 +232,14 @@ def _decode_folder(root: Path, cache_dir: Path) -> dict[str, Any]:
 
     classes = _class_folders(root)
     cache = cache_dir / f"image_folder-{_folder_key(root)}.pt"
-    cached = _read_decoded(cache)
-    if cached is not None:
-        return cached
+    if cache.is_file():
+        # Every job of a sweep reads the same cache: once per process while the file is as it
+        # was (the caller copies what it hands on rather than sharing these tensors).
+        cached = while_unchanged(
+            ("decoded images", str(cache)), [str(cache)], lambda: _read_decoded(cache)
+        )
+        if cached is not None:
+            return cached
 
     class UnionOfSplits(datasets.ImageFolder):
         def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
@@ -265,6 +270,7 @@ def _decode_folder(root: Path, cache_dir: Path) -> dict[str, Any]:
     buffer = io.BytesIO()  # serialised first: torch's own file writer hides an OSError
     torch.save(decoded, buffer)
     write_atomically(cache, buffer.getbuffer())  # a reader finds the whole file or none
+    decoded["train_stats"] = uint8_channel_stats(decoded["train_x"])
     return decoded
 
 
@@ -287,14 +293,15 @@ def image_folder_lt(
                 f"data.root={root!r}: expected folders {path}/train/<class>/ and {path}/test/<class>/"
             )
     decoded = _decode_folder(path, Path(cache_dir or cache_dirs.folder("images")).expanduser())
-    train_x, test_x = decoded["train_x"], decoded["test_x"]
-    mean, std = uint8_channel_stats(train_x)
+    # The cut copies the training rows it keeps; the test rows and the statistics are copied
+    # here: what was decoded is the next job's too.
+    mean, std = decoded["train_stats"]
     return cut.apply(
         name="image_folder_lt",
-        train=(train_x.numpy(), decoded["train_y"].numpy()),
-        test=(test_x.numpy(), decoded["test_y"].numpy()),
+        train=(decoded["train_x"].numpy(), decoded["train_y"].numpy()),
+        test=(decoded["test_x"].numpy().copy(), decoded["test_y"].numpy().copy()),
         class_names=list(decoded["classes"]),
         augment=Augment(crop_padding, flip),
-        normalize=(mean, std),
+        normalize=(list(mean), list(std)),
         feeding=feeding,
     )

@@ -294,13 +294,28 @@ def cache_key(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+# Row digests by the content they are computed from (:meth:`Feed.content_digest`): a sweep's
+# jobs feed the same images again, and converting and digesting every row is most of what
+# finding their features costs. The latest few splits are held.
+_FED: dict[bytes, tuple[bytes, ...]] = {}
+FED_HELD = 3
+
+
 def feed_digests(feed: Feed) -> list[bytes]:
     """The :func:`row_digests` of every input ``feed`` gives the backbone, read and converted as
     :func:`extract` reads them (decoding and the dataset's transform included, no forward
-    pass): what each row's features are a function of."""
+    pass): what each row's features are a function of. For a split held in memory they are
+    taken from this process's last digests of the same content, if any."""
+    content = feed.content_digest()
+    if content is not None and content in _FED:
+        return list(_FED[content])
     digests: list[bytes] = []
     for batch in feed.batches(torch.arange(len(feed)), EXTRACT_BATCH):
         digests += row_digests(batch)
+    if content is not None:
+        while len(_FED) >= FED_HELD:
+            del _FED[next(iter(_FED))]
+        _FED[content] = tuple(digests)
     return digests
 
 

@@ -16,6 +16,7 @@ is chosen when the training, test and validation samples, in their stored form, 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from runner.data import LongTailData, Normalize, to_model_input
 from runner.data.samples import SampleError, Samples, default_workers
 from runner.errors import UserError
 from runner.train.evaluation import predict
+from runner.train.feature_bank import tensor_bytes
 
 log = logging.getLogger("runner")
 
@@ -171,6 +173,20 @@ class Feed:
             return len(self.memory)
         assert self.samples is not None
         return len(self.samples)
+
+    def content_digest(self) -> bytes | None:
+        """A digest of everything the converted rows are a function of, for a split held in
+        memory: its bytes, dtype and shape, the standardisation and the device's kind (None for
+        one read through a DataLoader, whose rows depend on the dataset's code)."""
+        if self.memory is None:
+            return None
+        digest = hashlib.sha256(
+            repr((self.memory.dtype, tuple(self.memory.shape), self.device.type)).encode()
+        )
+        for values in self.normalize or ():
+            digest.update(tensor_bytes(values))
+        digest.update(tensor_bytes(self.memory))
+        return digest.digest()
 
     def batches(
         self, order: torch.Tensor, per_batch: int, start: int = 0
