@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from runner.config import resolved
 from runner.data import LongTailData, Samples
 from runner.fingerprint import RUNTIME_KEYS
+from runner.train.feature_bank import tensor_bytes
 
 HASH_ROWS = 4096  # samples hashed at a time: a memory-mapped file is read in pieces
 CONTEXTS = {"train": "training", "val": "validation", "test": "test"}  # MLflow's context names
@@ -28,11 +29,11 @@ def digest_of(samples: Any, labels: torch.Tensor) -> str:
     digest.update(labels.numpy().tobytes())
     if torch.is_tensor(samples):
         for start in range(0, len(samples), HASH_ROWS):
-            digest.update(samples[start : start + HASH_ROWS].contiguous().numpy().tobytes())
+            digest.update(tensor_bytes(samples[start : start + HASH_ROWS]))
     elif isinstance(samples, Samples) and not samples.decodes:
         for start in range(0, len(samples), HASH_ROWS):
             rows = range(start, min(start + HASH_ROWS, len(samples)))
-            digest.update(samples.__getitems__(list(rows)).contiguous().numpy().tobytes())
+            digest.update(tensor_bytes(samples.__getitems__(list(rows))))
     elif isinstance(samples, Samples):
         digest.update(samples.indices.tobytes())
         for path, _ in getattr(samples.base, "samples", [])[:: max(1, len(samples) // 10_000)]:
