@@ -160,10 +160,11 @@ class LongTailCut:
         (train_x, train_y), (test_x, test_y) = train, test
         val = self.validation(train_y, len(class_names))
         val_x = val_y = None
+        pool_rows = np.arange(train_y.size)  # the training pool's rows of train_x
         if val.size:
-            rest = np.setdiff1d(np.arange(train_y.size), val)
+            pool_rows = np.setdiff1d(pool_rows, val)
             val_x, val_y = train_x[val], train_y[val]
-            train_x, train_y = train_x[rest], train_y[rest]
+            train_y = train_y[pool_rows]
         pool = np.bincount(train_y, minlength=len(class_names))
         if (pool == 0).any():
             empty = class_names[int(np.argmin(pool))]
@@ -181,7 +182,8 @@ class LongTailCut:
             )
         keep = long_tail_subset(train_y, counts, self.data_seed)
         return LongTailData(
-            train_x=as_tensor(train_x[keep]),
+            # One gather of the rows kept, not a copy of the whole pool first.
+            train_x=as_tensor(train_x[pool_rows[keep]]),
             train_y=torch.as_tensor(train_y[keep]).long(),
             test_x=as_tensor(test_x),
             test_y=torch.as_tensor(test_y).long(),
