@@ -55,16 +55,18 @@ def user_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
 
 @pytest.fixture(autouse=True)
 def nothing_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test starts with the process's memories of files and refits empty
-    (:func:`runner.files.while_unchanged`, :func:`runner.train.refit.choose_refit`): a value one
-    test left behind never answers another's call."""
+    """Every test starts with the process's memories of files, refits and row digests empty
+    (:func:`runner.files.while_unchanged`, :func:`runner.train.refit.choose_refit`,
+    :func:`runner.train.features.feed_digests`): a value one test left behind never answers
+    another's call."""
     from collections import OrderedDict
 
     from runner import files
-    from runner.train import refit
+    from runner.train import features, refit
 
     monkeypatch.setattr(files, "_remembered", {})
     monkeypatch.setattr(refit, "_refits", OrderedDict())
+    monkeypatch.setattr(features, "_FED", {})
 
 
 @pytest.fixture(scope="session")

@@ -118,6 +118,18 @@ def test_rows_of_the_same_content_are_digested_once_per_process(monkeypatch):
     other = features.feed_digests(Feed(x.clone(), CPU, (stats[0], [0.3, 0.2, 0.25])))
     assert all(a != b for a, b in zip(other, first, strict=True))
     assert len(converted) == 3
+    # The same bytes as another dtype or shape, unstandardised, or the standardisation's
+    # values split otherwise between mean and std: other rows, other digests.
+    for feed in (
+        Feed(x.view(torch.int8), CPU, stats),
+        Feed(x.view(40, 3, 16, 1), CPU, stats),
+        Feed(x, CPU, None),
+    ):
+        assert features.feed_digests(feed) != first
+    per_channel_std = features.feed_digests(Feed(x, CPU, ([0.5], [0.4, 0.3, 0.2])))
+    per_channel_mean = features.feed_digests(Feed(x, CPU, ([0.5, 0.4, 0.3], [0.2])))
+    assert per_channel_std != per_channel_mean
+    assert len(converted) == 8
     features._FED.clear()
     assert features.feed_digests(Feed(x, CPU, stats)) == first  # what computing them gives
 

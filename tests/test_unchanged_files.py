@@ -144,9 +144,12 @@ def test_a_decoded_image_folder_is_read_once_and_each_job_gets_data_of_its_own(
         write_folder(root / split, 1)
     builtin.image_folder_lt(str(root), str(cache), imbalance_factor=2)  # decodes, writes
     settle()
-    loads = []
-    load = torch.load
+    loads, stats_computed = [], []
+    load, channel_stats = torch.load, builtin.uint8_channel_stats
     monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(1) or load(*a, **k))
+    monkeypatch.setattr(
+        builtin, "uint8_channel_stats", lambda x: stats_computed.append(1) or channel_stats(x)
+    )
     first = builtin.image_folder_lt(str(root), str(cache), imbalance_factor=2)
     stats = [list(v) for v in first.normalize]
     expected = (first.train_x.clone(), first.test_x.clone())
@@ -154,7 +157,7 @@ def test_a_decoded_image_folder_is_read_once_and_each_job_gets_data_of_its_own(
     first.test_x.zero_()
     first.normalize[0][0] = first.normalize[1][0] = 9.0
     second = builtin.image_folder_lt(str(root), str(cache), imbalance_factor=2)
-    assert len(loads) == 1
+    assert len(loads) == len(stats_computed) == 1
     assert torch.equal(second.train_x, expected[0]) and torch.equal(second.test_x, expected[1])
     assert [list(v) for v in second.normalize] == stats and stats[0][0] != 9.0
     damaged = next(cache.glob("*.pt"))

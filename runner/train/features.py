@@ -298,7 +298,7 @@ def cache_key(identity: dict[str, Any]) -> str:
 
 # Row digests by the content they are computed from (:meth:`Feed.content_digest`): a sweep's
 # jobs feed the same images again, and converting and digesting every row is most of what
-# finding their features costs. The latest few splits are held.
+# finding their features costs. The last few splits digested are held.
 _FED: dict[bytes, tuple[bytes, ...]] = {}
 FED_HELD = 3
 

@@ -180,8 +180,9 @@ class Feed:
         one read through a DataLoader, whose rows depend on the dataset's code)."""
         if self.memory is None:
             return None
+        shapes = None if self.normalize is None else [tuple(v.shape) for v in self.normalize]
         digest = hashlib.sha256(
-            repr((self.memory.dtype, tuple(self.memory.shape), self.device.type)).encode()
+            repr((self.memory.dtype, tuple(self.memory.shape), self.device.type, shapes)).encode()
         )
         for values in self.normalize or ():
             digest.update(tensor_bytes(values))
