@@ -99,8 +99,8 @@ def test_a_changed_image_alone_is_computed_again(tmp_path, capsys):
 
 def test_rows_of_the_same_content_are_digested_once_per_process(monkeypatch):
     """A sweep's jobs feed equal splits held in other tensors: their row digests are computed
-    once; a changed byte, another standardisation or a split read through a DataLoader
-    computes them, and the remembered digests are those a computation gives."""
+    once; a changed byte, another standardisation, dtype or shape computes them, and the
+    remembered digests are those a computation gives."""
     from runner.train import features
 
     x = torch.randint(0, 256, (40, 3, 4, 4), dtype=torch.uint8)
