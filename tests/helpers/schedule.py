@@ -70,7 +70,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     which pytest 9.2 no longer reads as the test's id (pytest-dev/pytest-xdist#1386): each
     test went alone to the next free worker, and each of the three workers built a file's
     module fixture again (the process group of tests/test_ddp.py three times). Its public
-    hook chooses the unit instead."""
+    hook chooses the unit instead, through ``_split_scope``, the method xdist's own scope
+    schedulers override: private, so pyproject.toml bounds pytest-xdist below 4, and
+    tests/test_suite_schedule.py fails on a release that stops calling it."""
     if config.getvalue("dist") != "loadgroup":
         return None  # xdist's own
     from xdist.scheduler import LoadGroupScheduling
