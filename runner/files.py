@@ -3,7 +3,10 @@ values computed from files, remembered while the files stay as they were."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -97,6 +100,55 @@ def while_unchanged(slot: tuple[str, ...], paths: Sequence[str], compute: Callab
     if before is not None and file_states(names) == before:
         _remembered[slot[0]] = (slot, names, before, value)
     return value
+
+
+def noted_while_unchanged(
+    folder: Path, slot: tuple[str, ...], paths: Sequence[str], compute: Callable[[], str]
+) -> str:
+    """``compute()``, a digest (16 to 64 hex digits) of the files ``paths`` and what ``slot``
+    names (its kind first, a file name's part, then what else the digest depends on, such as
+    a decoder's version); or, without computing, the digest it gave in any process, noted in
+    ``folder`` under a name derived from ``slot``, ``paths`` and every file's state
+    (:func:`file_states`), when they are all as they were then. A write to a file moves its change time, which no tool sets back (the kernel
+    stamps it), so a file rewritten in place with its name, size and modification time kept
+    is computed again. A note is written only when no file changed while it was computed; an
+    unreadable or malformed note is computed again; a folder that cannot be written leaves
+    nothing noted.
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> path = folder / "a.txt"
+        >>> _ = path.write_text("one")
+        >>> time.sleep(SETTLED_NS / 1e9 + 0.1)  # a file written just now is not noted
+        >>> notes = folder / "notes"
+        >>> noted_while_unchanged(notes, ("example", "v1"), [str(path)], lambda: "ab12" * 4)
+        'ab12ab12ab12ab12'
+        >>> noted_while_unchanged(notes, ("example", "v1"), [str(path)], lambda: "0" * 16)
+        'ab12ab12ab12ab12'
+        >>> noted_while_unchanged(notes, ("example", "v2"), [str(path)], lambda: "0" * 16)
+        '0000000000000000'
+    """
+    before = file_states(paths)
+    if before is None:
+        return compute()
+    name = hashlib.sha256(repr((slot, tuple(paths), before)).encode()).hexdigest()[:32]
+    note = folder / f"{slot[0]}-{name}.digest"
+    try:
+        noted = note.read_text()
+        if _DIGEST.fullmatch(noted):
+            return noted
+    except (OSError, UnicodeDecodeError):
+        pass
+    value = compute()
+    if _DIGEST.fullmatch(value) and file_states(paths) == before:
+        # A folder that cannot be written (the decoded cache says so): computed again next time.
+        with contextlib.suppress(OSError):
+            write_atomically(note, value.encode())
+    return value
+
+
+_DIGEST = re.compile(r"[0-9a-f]{16,64}")
 
 
 def listed_while_unchanged(root: str) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -1,7 +1,8 @@
-"""Values computed from files are remembered within a process only while the files stay as they
-were (runner.files.while_unchanged): an image folder's key and a feature bank's rows are read
-once per sweep, and read again after any write, a rewrite in place that keeps the names, sizes
-and modification times included."""
+"""Values computed from files are remembered only while the files stay as they were: within a
+process (runner.files.while_unchanged: an image folder's key and a feature bank's rows are read
+once per sweep) and, for an image folder's digest, across processes (runner.files.
+noted_while_unchanged); read again after any write, a rewrite in place that keeps the names,
+sizes and modification times included."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torchvision
 
 from runner import files
 from runner.data import builtin
@@ -130,6 +132,46 @@ def test_an_image_folder_is_read_once_while_unchanged_and_again_after_a_rewrite_
     assert len(digests) == 2 and second != first
     files._remembered.clear()
     assert builtin._folder_key(root) == second  # what reading every file gives
+
+
+def test_an_image_folder_is_read_once_for_every_process_while_unchanged(tmp_path, monkeypatch):
+    """The folder's digest is noted in the cache folder: a process that remembers nothing (its
+    memory cleared) reads the note instead of every image; a rewrite in place (the names, sizes
+    and modification times kept, the change time moved by the kernel), another decoder version
+    and a damaged note are each read again, giving what reading the files gives."""
+    from tests.test_feature_keys import write_folder
+
+    root, notes = tmp_path / "images", tmp_path / "cache"
+    write_folder(root / "train", 1)
+    settle()
+    digests = []
+    digest = builtin._digest
+    monkeypatch.setattr(builtin, "_digest", lambda *a: digests.append(1) or digest(*a))
+
+    def in_a_new_process(noted: bool = True) -> str:
+        files._remembered.clear()
+        return builtin._folder_key(root, notes if noted else None)
+
+    first = in_a_new_process()
+    assert first == in_a_new_process(noted=False)  # what reading every file gives
+    assert len(digests) == 2  # the second: the call without notes
+    assert in_a_new_process() == first and len(digests) == 2
+    (note,) = notes.glob("image_folder-*.digest")
+    assert note.read_text() == first
+    write_folder(root / "train", 2)  # other pixels; the names, sizes and times kept
+    settle()
+    second = in_a_new_process()
+    assert second != first and len(digests) == 3
+    assert second == in_a_new_process(noted=False)
+    version = torchvision.__version__
+    monkeypatch.setattr(torchvision, "__version__", "0.0.0-other")
+    assert in_a_new_process() != second  # the decoder's version is part of the digest
+    monkeypatch.setattr(torchvision, "__version__", version)
+    for damaged in notes.glob("image_folder-*.digest"):
+        damaged.write_text("not a digest")
+    count = len(digests)
+    assert in_a_new_process() == second and len(digests) == count + 1  # read the files
+    assert in_a_new_process() == second and len(digests) == count + 1  # noted again
 
 
 def test_a_decoded_image_folder_is_read_once_and_each_job_gets_data_of_its_own(

@@ -19,7 +19,12 @@ from runner import cache_dirs
 from runner.data.cut import LongTailCut, long_tail_source
 from runner.data.samples import uint8_channel_stats
 from runner.data.types import Augment, Feeding, LongTailData
-from runner.files import listed_while_unchanged, while_unchanged, write_atomically
+from runner.files import (
+    listed_while_unchanged,
+    noted_while_unchanged,
+    while_unchanged,
+    write_atomically,
+)
 
 DECODED_FORMAT = 2  # of the decoded image-folder caches (2: keyed by the files' bytes)
 CIFAR_STATS = {
@@ -188,15 +193,26 @@ def _class_folders(root: Path) -> list[str]:
     return classes
 
 
-def _folder_key(root: Path) -> str:
+def _folder_key(root: Path, notes: Path | None = None) -> str:
     """A digest of what decoding ``root`` gives: every file's relative path and bytes, and the
     decoder's version (torchvision's). Files rewritten in place, with the same names, sizes and
-    times, give another key. The folders are listed and the files read once per process while
-    none of them changes (:func:`runner.files.listed_while_unchanged`,
-    :func:`runner.files.while_unchanged`): every job of a sweep builds the data again."""
+    times, give another key. The folders are listed and the files read once while none of them
+    changes (:func:`runner.files.listed_while_unchanged`): once per process
+    (:func:`runner.files.while_unchanged`: every job of a sweep builds the data again) and, with
+    ``notes`` (the decoded images' cache folder), once for every process
+    (:func:`runner.files.noted_while_unchanged`: reading every image again took seconds)."""
     # Into linked folders, as torchvision's ImageFolder, which decodes them, goes.
+    import torchvision
+
     files, paths = listed_while_unchanged(str(root))
-    return while_unchanged(("image folder", str(root)), paths, lambda: _digest(files, paths))
+
+    def digest() -> str:
+        if notes is None:
+            return _digest(files, paths)
+        slot = ("image_folder", str(DECODED_FORMAT), torchvision.__version__, str(root))
+        return noted_while_unchanged(notes, slot, paths, lambda: _digest(files, paths))
+
+    return while_unchanged(("image folder", str(root)), paths, digest)
 
 
 def _digest(files: Sequence[str], paths: Sequence[str]) -> str:
@@ -231,7 +247,7 @@ def _decode_folder(root: Path, cache_dir: Path) -> dict[str, Any]:
     from torchvision.io import ImageReadMode, decode_image
 
     classes = _class_folders(root)
-    cache = cache_dir / f"image_folder-{_folder_key(root)}.pt"
+    cache = cache_dir / f"image_folder-{_folder_key(root, cache_dir)}.pt"
     if cache.is_file():
         # Every job of a sweep reads the same cache: once per process while the file is as it
         # was (the caller copies what it hands on rather than sharing these tensors).
