@@ -24,6 +24,8 @@ SETTLED_NS = 1_000_000_000
 # them): one value of each kind, so that a sweep over many backbones holds one bank's rows.
 _Held = tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[int, ...], ...], Any]
 _remembered: dict[str, _Held] = {}
+# What a note of noted_while_unchanged holds: anything else is computed again.
+_DIGEST = re.compile(r"[0-9a-f]{16,64}")
 
 
 def write_atomically(path: Path, data: bytes | memoryview) -> None:
@@ -109,11 +111,11 @@ def noted_while_unchanged(
     names (its kind first, a file name's part, then what else the digest depends on, such as
     a decoder's version); or, without computing, the digest it gave in any process, noted in
     ``folder`` under a name derived from ``slot``, ``paths`` and every file's state
-    (:func:`file_states`), when they are all as they were then. A write to a file moves its change time, which no tool sets back (the kernel
-    stamps it), so a file rewritten in place with its name, size and modification time kept
-    is computed again. A note is written only when no file changed while it was computed; an
-    unreadable or malformed note is computed again; a folder that cannot be written leaves
-    nothing noted.
+    (:func:`file_states`), when they are all as they were then. A write to a file moves its
+    change time, which no tool sets back (the kernel stamps it), so a file rewritten in place
+    with its name, size and modification time kept is computed again. A note is written only
+    when no file changed while it was computed; an unreadable or malformed note is computed
+    again; a folder that cannot be written leaves nothing noted.
 
     Example:
         >>> import tempfile
@@ -146,9 +148,6 @@ def noted_while_unchanged(
         with contextlib.suppress(OSError):
             write_atomically(note, value.encode())
     return value
-
-
-_DIGEST = re.compile(r"[0-9a-f]{16,64}")
 
 
 def listed_while_unchanged(root: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
