@@ -22,7 +22,7 @@ ENV = "SAMPLERLAB_CACHE"
 KINDS = {
     "features": "a frozen backbone's features, a bank per backbone with a row per image (model.freeze=true)",
     "prefixes": "a sweep's shared training snapshots (removed when the sweep finishes)",
-    "images": "an image folder's decoded images, one file per folder (data=image_folder_lt)",
+    "images": "an image folder's decoded images, one file per folder, and a note of its files' digest per state of the folder (data=image_folder_lt)",
 }
 
 

@@ -113,9 +113,12 @@ def noted_while_unchanged(
     ``folder`` under a name derived from ``slot``, ``paths`` and every file's state
     (:func:`file_states`), when they are all as they were then. A write to a file moves its
     change time, which no tool sets back (the kernel stamps it), so a file rewritten in place
-    with its name, size and modification time kept is computed again. A note is written only
-    when no file changed while it was computed; an unreadable or malformed note is computed
-    again; a folder that cannot be written leaves nothing noted.
+    with its name, size and modification time kept is computed again: on a file system that
+    keeps a change time and stable inode numbers (not FAT or exFAT, whose change time is the
+    creation or modification time and whose inodes are numbered anew at each mount; the
+    same limits as :data:`SETTLED_NS`'s). A note is written only when no file changed while it
+    was computed; an unreadable or malformed note is computed again; a folder that cannot be
+    written leaves nothing noted.
 
     Example:
         >>> import tempfile

@@ -167,11 +167,35 @@ def test_an_image_folder_is_read_once_for_every_process_while_unchanged(tmp_path
     monkeypatch.setattr(torchvision, "__version__", "0.0.0-other")
     assert in_a_new_process() != second  # the decoder's version is part of the digest
     monkeypatch.setattr(torchvision, "__version__", version)
+    monkeypatch.setattr(builtin, "DECODED_FORMAT", builtin.DECODED_FORMAT + 1)
+    assert in_a_new_process() != second  # and the cache's format
+    monkeypatch.setattr(builtin, "DECODED_FORMAT", builtin.DECODED_FORMAT - 1)
+    assert in_a_new_process() == second
     for damaged in notes.glob("image_folder-*.digest"):
         damaged.write_text("not a digest")
     count = len(digests)
     assert in_a_new_process() == second and len(digests) == count + 1  # read the files
     assert in_a_new_process() == second and len(digests) == count + 1  # noted again
+    image = sorted((root / "train").rglob("*.png"))[0]
+    image.rename(image.with_name("renamed.png"))  # the same bytes under another name
+    settle()
+    assert in_a_new_process() == in_a_new_process(noted=False) != second
+
+
+def test_a_digest_of_files_that_change_while_it_is_computed_is_not_noted(tmp_path):
+    path = write(tmp_path / "a.txt", "one")
+    settle()
+    notes = tmp_path / "notes"
+
+    def computed_while_written() -> str:
+        write(path, "two")  # the same size and times; the change time moves
+        return "ab" * 8
+
+    assert files.noted_while_unchanged(notes, ("t",), [str(path)], computed_while_written)
+    assert not notes.exists() or not any(notes.iterdir())
+    settle()
+    assert files.noted_while_unchanged(notes, ("t",), [str(path)], lambda: "cd" * 8) == "cd" * 8
+    assert files.noted_while_unchanged(notes, ("t",), [str(path)], lambda: "ef" * 8) == "cd" * 8
 
 
 def test_a_decoded_image_folder_is_read_once_and_each_job_gets_data_of_its_own(
