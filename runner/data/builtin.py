@@ -201,9 +201,9 @@ def _folder_key(root: Path, notes: Path | None = None) -> str:
     (:func:`runner.files.while_unchanged`: every job of a sweep builds the data again) and, with
     ``notes`` (the decoded images' cache folder), once for every process
     (:func:`runner.files.noted_while_unchanged`: reading every image again took seconds)."""
-    # Into linked folders, as torchvision's ImageFolder, which decodes them, goes.
     import torchvision
 
+    # Into linked folders, as torchvision's ImageFolder, which decodes them, goes.
     files, paths = listed_while_unchanged(str(root))
 
     def digest() -> str:
