@@ -66,6 +66,29 @@ def test_the_datasets_digests_follow_the_data_the_split_and_the_cut():
     assert digests("data.num_workers=2") == base  # how it is fed is not what it is
 
 
+def test_a_data_folder_is_mlflows_local_source_without_its_duplicate_warning(tmp_path):
+    """MLflow registers its local file source twice, so resolving a local path warns that it
+    "can be interpreted in multiple ways" (checked: once MLflow stops, ``LOCAL_TWICE`` goes);
+    the runner's source of a data folder is the one MLflow picks, and nothing is printed."""
+    import warnings
+
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+
+    from runner.tracking.datasets import _source
+
+    folder = str(tmp_path.resolve())
+    with warnings.catch_warnings(record=True) as direct:
+        warnings.simplefilter("always")
+        expected = resolve_dataset_source(folder)
+    assert any("multiple ways" in str(w.message) for w in direct), "MLflow warns no more"
+    with warnings.catch_warnings(record=True) as ours:
+        warnings.simplefilter("always")
+        source = _source({"root": folder})
+    assert not ours, [str(w.message) for w in ours]
+    assert type(source).__name__ == type(expected).__name__ == "LocalArtifactDatasetSource"
+    assert source.to_dict() == expected.to_dict()
+
+
 def test_many_classes_are_tables_not_a_metric_key_each(tmp_path, tracking_uri):
     """100 classes: the aggregates and shot groups as metrics, the per-class values in one
     table per evaluation; the report reads them from the table."""

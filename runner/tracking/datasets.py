@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,13 @@ from runner.train.feature_bank import tensor_bytes
 
 HASH_ROWS = 4096  # samples hashed at a time: a memory-mapped file is read in pieces
 CONTEXTS = {"train": "training", "val": "validation", "test": "test"}  # MLflow's context names
+# MLflow registers its local file source twice (for the URI schemes "" and "file"), so every
+# local path matches both and MLflow warns that it "can be interpreted in multiple ways" before
+# taking the last: two lines of noise in every run on a file or folder. Only that pair is quiet.
+LOCAL_TWICE = (
+    "The specified dataset source can be interpreted in multiple ways: "
+    r"LocalArtifactDatasetSource, LocalArtifactDatasetSource\. "
+)
 
 
 def digest_of(samples: Any, labels: torch.Tensor) -> str:
@@ -51,7 +59,9 @@ def _source(data_cfg: dict[str, Any]) -> Any:
         data_cfg.get("path") or data_cfg.get("root") or (data_cfg.get("dataset") or {}).get("root")
     )
     if place:
-        return resolve_dataset_source(str(Path(str(place)).expanduser().resolve()))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=LOCAL_TWICE, category=UserWarning)
+            return resolve_dataset_source(str(Path(str(place)).expanduser().resolve()))
     return CodeDatasetSource(tags={k: str(v) for k, v in data_cfg.items()})
 
 
