@@ -41,7 +41,7 @@ CONFIG = [
     "tracking.plots=false",
 ]
 # Only the uniform run's test loads its model; logging one costs a run ~5 s of CPU (torch.export,
-# MLflow's environment checks), and this module starts nine runs at once on two cores.
+# MLflow's environment checks), and this module starts seven commands at once on two cores.
 UNLOGGED = [*CONFIG, "tracking.log_model=false"]
 # Measured on the CPU with torch 2.14: every metric of the 2-rank runs equals the 1-rank run's
 # to the last digit except train/loss (|diff| <= 1.6e-7) and hard_mined's sampling targets
