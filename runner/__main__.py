@@ -16,6 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from runner import quick_exit
 from runner.config import register
 from runner.errors import UserError
 from runner.explain import exit_with, explain, is_user_error
@@ -51,6 +52,13 @@ def _verbose() -> bool:
 
 
 def main() -> None:
+    # Before the imports below register their exit handlers: they run, then the process ends
+    # without the interpreter's teardown (runner.quick_exit).
+    with quick_exit.command():
+        _main()
+
+
+def _main() -> None:
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         os.environ["SAMPLERLAB_TRACEBACK"] = "1"  # the user asked for tracebacks
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises; we report below

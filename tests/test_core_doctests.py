@@ -13,6 +13,7 @@ WITH_EXAMPLES = (
     "runner.data.samples",
     "runner.files",
     "runner.models.source",
+    "runner.quick_exit",
     "runner.train.decoupled",
     "runner.train.feature_bank",
     "runner.train.features",

@@ -39,6 +39,8 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 
+from runner import quick_exit
+
 
 def run_module(
     module: str, args: list[str], cwd: Path, env: Mapping[str, str], timeout: float
@@ -150,6 +152,7 @@ def _restored() -> Iterator[None]:
         Singleton.set_state(hydra)  # the job's HydraConfig would tell later code it runs in one
         HydraConfig.instance().cfg = job_config
         _restore_logging(loggers)
+        quick_exit.forget()  # this process ends as pytest ends it, not with the command's status
 
 
 LoggerState = tuple[list[logging.Handler], int, bool, bool]
