@@ -52,13 +52,6 @@ def _verbose() -> bool:
 
 
 def main() -> None:
-    # Before the imports below register their exit handlers: they run, then the process ends
-    # without the interpreter's teardown (runner.quick_exit).
-    with quick_exit.command():
-        _main()
-
-
-def _main() -> None:
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         os.environ["SAMPLERLAB_TRACEBACK"] = "1"  # the user asked for tracebacks
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises; we report below
@@ -81,4 +74,8 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # The program (python -m runner, samplerlab run): once the exit handlers registered from
+    # here on have run, it ends without the interpreter's teardown (runner.quick_exit). Code
+    # that calls main() ends as it would.
+    with quick_exit.command():
+        main()

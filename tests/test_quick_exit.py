@@ -105,3 +105,35 @@ def test_only_loggings_exit_handler_is_registered_before_the_command_begins():
         check=True,
     )
     assert done.stdout.strip() == "['logging.shutdown']", done.stdout
+
+
+# python -m runner as the program, with an object of the program's own kept to the end.
+AS_PROGRAM = """
+import runpy, sys
+from pathlib import Path
+
+class Kept:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __del__(self):
+        self.marker.write_text("")
+
+kept = Kept(Path(sys.argv[1]) / "torn down")
+sys.argv = ["runner", "--cfg", "job"]
+runpy.run_module("runner", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_python_m_runner_ends_without_the_teardown(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", AS_PROGRAM, str(tmp_path)],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "sampler:" in done.stdout  # the composed config, printed and flushed
+    assert not (tmp_path / "torn down").exists()
