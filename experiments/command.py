@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from experiments.caches import add_cache_commands
+from runner import quick_exit
 
 # make advise's defaults: the strategies raced from scratch, and with a frozen backbone the
 # strategies and the decoupled classifiers, each a head on its features.
@@ -107,13 +108,20 @@ def advise_parser() -> argparse.ArgumentParser:
 
 
 def run(overrides: list[str]) -> int:
-    """``python -m runner *overrides`` in this process (Hydra reads ``sys.argv``)."""
+    """``python -m runner *overrides`` in this process (Hydra reads ``sys.argv``). Called from
+    code rather than by the ``samplerlab`` program, it leaves the process's end to its caller
+    (:mod:`runner.quick_exit`)."""
     import runpy
 
     if overrides in (["-h"], ["--help"]):
         print(RUN_HELP)
     sys.argv = ["samplerlab run", *overrides]
-    runpy.run_module("runner", run_name="__main__", alter_sys=True)
+    called = not quick_exit.armed()
+    try:
+        runpy.run_module("runner", run_name="__main__", alter_sys=True)
+    finally:
+        if called:
+            quick_exit.forget()
     return 0
 
 
@@ -211,5 +219,13 @@ def ui_command(args: argparse.Namespace) -> int:
     os.execv(sys.executable, [sys.executable, *arguments])
 
 
+def program() -> None:
+    """The ``samplerlab`` program (its console script): :func:`main`, after which the process
+    ends as ``python -m runner``'s does, without the interpreter's teardown
+    (:mod:`runner.quick_exit`)."""
+    with quick_exit.command():
+        sys.exit(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    program()

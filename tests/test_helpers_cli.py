@@ -15,6 +15,7 @@ import pytest
 import torch
 from hydra.core.hydra_config import HydraConfig
 
+from runner import quick_exit
 from tests.conftest import KINDS
 from tests.helpers.cli import ROOT, run_cli, run_python, runner_args
 
@@ -118,6 +119,7 @@ def process_state() -> tuple[object, ...]:
         list(logging.getLogger().handlers),
         torch.get_num_threads(),
         HydraConfig.initialized(),
+        (quick_exit.armed(), quick_exit.ended_with()),  # this process ends as pytest ends it
     )
 
 
@@ -126,7 +128,8 @@ def test_a_command_in_process_leaves_this_process_as_it_found_it(tmp_path, track
     """The working directory, environment, argument list, signal handlers, logging, torch's
     threads and Hydra's job config after a run that changed them all (Hydra configures logging
     and sets the job's config, the trainer sets its threads, the runner its variables and
-    handlers): a later test calling the runner in process must not find itself in a job."""
+    handlers, the program its quick exit): a later test calling the runner in process must not
+    find itself in a job."""
     before = process_state()
     for multirun in (False, True):  # a sweep leaves its config as the job's config
         run_cli(

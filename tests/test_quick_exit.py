@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow  # fresh interpreters
 
 # A command in a process of its own: ``how`` it ends, and what is left in ``folder``.
 PROGRAM = """
-import atexit, logging, logging.handlers, sys
+import atexit, ctypes, logging, logging.handlers, sys
 from pathlib import Path
 from runner import quick_exit
 
@@ -35,8 +35,13 @@ with quick_exit.command():
     atexit.register(lambda: (folder / "handler ran").write_text(""))
     logging.getLogger("command").info("its last line")
     print("printed", end="")  # to a pipe: held in the buffer until flushed
+    ctypes.CDLL(None).printf(b" by C")  # held in the C library's buffer
     if how == "exit":
         sys.exit(3)
+    if how == "bare exit":
+        sys.exit()
+    if how == "message":
+        sys.exit("a message")
     if how == "bug":
         raise ValueError("a bug")
     if how == "interrupt":
@@ -44,29 +49,56 @@ with quick_exit.command():
 """
 
 
+def _buffered() -> dict[str, str]:
+    """The tests' environment with output buffered as a user's is (PYTHONUNBUFFERED makes
+    Python's and the C library's streams write at once)."""
+    return {k: v for k, v in environment().items() if k != "PYTHONUNBUFFERED"}
+
+
 def _run(folder: Path, how: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", PROGRAM, str(folder), how],
         cwd=ROOT,
-        env=environment(),
+        env=_buffered(),
         capture_output=True,
         text=True,
         timeout=60,
     )
 
 
-@pytest.mark.parametrize(("how", "status"), [("return", 0), ("exit", 3), ("bug", 1)])
+@pytest.mark.parametrize(
+    ("how", "status"),
+    [("return", 0), ("exit", 3), ("bare exit", 0), ("message", 1), ("bug", 1)],
+)
 def test_a_command_ends_with_its_status_its_handlers_run_and_nothing_is_torn_down(
     tmp_path, how, status
 ):
     done = _run(tmp_path, how)
     assert done.returncode == status, done.stderr
-    assert done.stdout == "printed"  # flushed before the process ended
+    # Both buffers written before the process ended (in which order is the C library's).
+    assert sorted(done.stdout.split(" by C")) == ["", "printed"], done.stdout
     assert "its last line" in (tmp_path / "log").read_text()
     assert (tmp_path / "handler ran").exists()  # registered after the command began: it ran
     assert not (tmp_path / "torn down").exists()  # the teardown was skipped
     if how == "bug":  # as Python reports an uncaught exception
         assert "Traceback" in done.stderr and "ValueError: a bug" in done.stderr
+    if how == "message":
+        assert done.stderr.strip() == "a message"
+
+
+def test_output_that_cannot_be_written_ends_as_python_reports_it(tmp_path):
+    with open("/dev/full", "w") as full:  # every write: no space left on the device
+        done = subprocess.run(
+            [sys.executable, "-c", PROGRAM, str(tmp_path), "return"],
+            cwd=ROOT,
+            env=_buffered(),
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 120, done.stderr  # Python's status for a flush that failed
+    assert "No space left on device" in done.stderr
 
 
 def test_an_uncaught_interrupt_ends_as_python_ends_it(tmp_path):
@@ -137,3 +169,29 @@ def test_python_m_runner_ends_without_the_teardown(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "sampler:" in done.stdout  # the composed config, printed and flushed
     assert not (tmp_path / "torn down").exists()
+
+
+# samplerlab's main() called by a program of the user's, which goes on and fails afterwards.
+CALLED = """
+import atexit, sys
+from pathlib import Path
+from experiments.command import main
+
+marker = Path(sys.argv[1]) / "caller's handler ran"  # main() changes sys.argv
+atexit.register(marker.write_text, "")
+assert main(["run", "--cfg", "job"]) == 0
+raise RuntimeError("the caller's own failure")
+"""
+
+
+def test_samplerlab_called_from_code_leaves_the_callers_end_to_it(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", CALLED, str(tmp_path)],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "RuntimeError: the caller's own failure" in done.stderr
+    assert (tmp_path / "caller's handler ran").exists()
