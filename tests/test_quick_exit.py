@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,15 +56,22 @@ def _buffered() -> dict[str, str]:
     return {k: v for k, v in environment().items() if k != "PYTHONUNBUFFERED"}
 
 
-def _run(folder: Path, how: str) -> subprocess.CompletedProcess[str]:
+def _python(program: str, *args: str, cwd: Path = ROOT, stdout: Any = subprocess.PIPE):
+    """``python -c program *args`` in a fresh interpreter, buffered as a user's (stdout
+    captured unless given), to its end."""
     return subprocess.run(
-        [sys.executable, "-c", PROGRAM, str(folder), how],
-        cwd=ROOT,
+        [sys.executable, "-c", program, *args],
+        cwd=cwd,
         env=_buffered(),
-        capture_output=True,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
+        timeout=120,
     )
+
+
+def _run(folder: Path, how: str) -> subprocess.CompletedProcess[str]:
+    return _python(PROGRAM, str(folder), how)
 
 
 @pytest.mark.parametrize(
@@ -88,15 +96,7 @@ def test_a_command_ends_with_its_status_its_handlers_run_and_nothing_is_torn_dow
 
 def test_output_that_cannot_be_written_ends_as_python_reports_it(tmp_path):
     with open("/dev/full", "w") as full:  # every write: no space left on the device
-        done = subprocess.run(
-            [sys.executable, "-c", PROGRAM, str(tmp_path), "return"],
-            cwd=ROOT,
-            env=_buffered(),
-            stdout=full,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=60,
-        )
+        done = _python(PROGRAM, str(tmp_path), "return", stdout=full)
     assert done.returncode == 120, done.stderr  # Python's status for a flush that failed
     assert "No space left on device" in done.stderr
 
@@ -127,15 +127,8 @@ print(seen)
 
 
 def test_only_loggings_exit_handler_is_registered_before_the_command_begins():
-    done = subprocess.run(
-        [sys.executable, "-c", REGISTERED_FIRST],
-        cwd=ROOT,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done = _python(REGISTERED_FIRST)
+    assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['logging.shutdown']", done.stdout
 
 
@@ -158,14 +151,7 @@ runpy.run_module("runner", run_name="__main__", alter_sys=True)
 
 
 def test_python_m_runner_ends_without_the_teardown(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", AS_PROGRAM, str(tmp_path)],
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _python(AS_PROGRAM, str(tmp_path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "sampler:" in done.stdout  # the composed config, printed and flushed
     assert not (tmp_path / "torn down").exists()
@@ -185,13 +171,6 @@ raise RuntimeError("the caller's own failure")
 
 
 def test_samplerlab_called_from_code_leaves_the_callers_end_to_it(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", CALLED, str(tmp_path)],
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _python(CALLED, str(tmp_path), cwd=tmp_path)
     assert done.returncode == 1 and "RuntimeError: the caller's own failure" in done.stderr
     assert (tmp_path / "caller's handler ran").exists()
