@@ -123,15 +123,15 @@ def test_an_image_folder_is_read_once_while_unchanged_and_again_after_a_rewrite_
     digests = []
     digest = builtin._digest
     monkeypatch.setattr(builtin, "_digest", lambda *a: digests.append(1) or digest(*a))
-    first = builtin._folder_key(root)
-    assert builtin._folder_key(root) == first
+    notes = tmp_path / "cache"
+    first = builtin._folder_key(root, notes)
+    assert builtin._folder_key(root, notes) == first
     assert len(digests) == 1
     write_folder(root / "train", 2)  # other pixels; the names, sizes and times kept
     settle()
-    second = builtin._folder_key(root)
+    second = builtin._folder_key(root, notes)
     assert len(digests) == 2 and second != first
-    files._remembered.clear()
-    assert builtin._folder_key(root) == second  # what reading every file gives
+    assert second == digest(*files.listed_while_unchanged(str(root)))  # reading every file
 
 
 def test_an_image_folder_is_read_once_for_every_process_while_unchanged(tmp_path, monkeypatch):
@@ -148,21 +148,24 @@ def test_an_image_folder_is_read_once_for_every_process_while_unchanged(tmp_path
     digest = builtin._digest
     monkeypatch.setattr(builtin, "_digest", lambda *a: digests.append(1) or digest(*a))
 
-    def in_a_new_process(noted: bool = True) -> str:
+    def in_a_new_process() -> str:
         files._remembered.clear()
-        return builtin._folder_key(root, notes if noted else None)
+        return builtin._folder_key(root, notes)
+
+    def read() -> str:
+        """What reading every file gives (not counted)."""
+        return digest(*files.listed_while_unchanged(str(root)))
 
     first = in_a_new_process()
-    assert first == in_a_new_process(noted=False)  # what reading every file gives
-    assert len(digests) == 2  # the second: the call without notes
-    assert in_a_new_process() == first and len(digests) == 2
+    assert first == read() and len(digests) == 1
+    assert in_a_new_process() == first and len(digests) == 1
     (note,) = notes.glob("image_folder-*.digest")
     assert note.read_text() == first
     write_folder(root / "train", 2)  # other pixels; the names, sizes and times kept
     settle()
     second = in_a_new_process()
-    assert second != first and len(digests) == 3
-    assert second == in_a_new_process(noted=False)
+    assert second != first and len(digests) == 2
+    assert second == read()
     version = torchvision.__version__
     monkeypatch.setattr(torchvision, "__version__", "0.0.0-other")
     assert in_a_new_process() != second  # the decoder's version is part of the digest
@@ -179,7 +182,7 @@ def test_an_image_folder_is_read_once_for_every_process_while_unchanged(tmp_path
     image = sorted((root / "train").rglob("*.png"))[0]
     image.rename(image.with_name("renamed.png"))  # the same bytes under another name
     settle()
-    assert in_a_new_process() == in_a_new_process(noted=False) != second
+    assert in_a_new_process() == read() != second
 
 
 def test_a_digest_of_files_that_change_while_it_is_computed_is_not_noted(tmp_path):
@@ -266,10 +269,10 @@ def test_an_image_folder_behind_a_link_is_keyed_by_the_files_it_links_to(tmp_pat
     root = tmp_path / "images"
     root.mkdir()
     (root / "train").symlink_to(first, target_is_directory=True)
-    before = builtin._folder_key(root)
+    before = builtin._folder_key(root, tmp_path / "cache")
     (root / "train").unlink()
     (root / "train").symlink_to(second, target_is_directory=True)
-    assert builtin._folder_key(root) != before
+    assert builtin._folder_key(root, tmp_path / "cache") != before
 
 
 def walked(root: Path) -> list[str]:

@@ -193,13 +193,13 @@ def _class_folders(root: Path) -> list[str]:
     return classes
 
 
-def _folder_key(root: Path, notes: Path | None = None) -> str:
+def _folder_key(root: Path, notes: Path) -> str:
     """A digest of what decoding ``root`` gives: every file's relative path and bytes, and the
     decoder's version (torchvision's). Files rewritten in place, with the same names, sizes and
     times, give another key. The folders are listed and the files read once while none of them
     changes (:func:`runner.files.listed_while_unchanged`): once per process
-    (:func:`runner.files.while_unchanged`: every job of a sweep builds the data again) and, with
-    ``notes`` (the decoded images' cache folder), once for every process
+    (:func:`runner.files.while_unchanged`: every job of a sweep builds the data again) and,
+    noted in ``notes`` (the decoded images' cache folder), once for every process
     (:func:`runner.files.noted_while_unchanged`: reading every image again took seconds)."""
     import torchvision
 
@@ -207,8 +207,6 @@ def _folder_key(root: Path, notes: Path | None = None) -> str:
     files, paths = listed_while_unchanged(str(root))
 
     def digest() -> str:
-        if notes is None:
-            return _digest(files, paths)
         slot = ("image_folder", str(DECODED_FORMAT), torchvision.__version__, str(root))
         return noted_while_unchanged(notes, slot, paths, lambda: _digest(files, paths))
 
