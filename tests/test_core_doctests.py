@@ -1,4 +1,5 @@
-"""The examples in the training core's (and the data helpers') docstrings run as written."""
+"""The examples in the docstrings of the training core, the data helpers and the race run as
+written."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 WITH_EXAMPLES = (
+    "experiments.race.job_configs",
     "runner.data.samples",
     "runner.files",
     "runner.models.source",

@@ -216,6 +216,7 @@ def test_the_candidates_are_refused_before_the_sweeps_parent_run_exists():
         )
         with pytest.raises(UserError, match=r"^race candidate trainer.lr=-1: config error at"):
             race_sweeper.RaceSweeper.check(bad)
-        assert not any(c is bad for c in race_sweeper._CHECKED)
+        assert not any(c is bad for c, _ in race_sweeper._CHECKED)
         race_sweeper.RaceSweeper.check(good)
-        assert any(c is good for c in race_sweeper._CHECKED)
+        assert any(c is good for c, _ in race_sweeper._CHECKED)
+        race_sweeper._CHECKED.clear()

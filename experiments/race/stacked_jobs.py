@@ -84,28 +84,25 @@ class StackedLaunch:
     """``launch(batch, first_index)`` for the race driver: head jobs stacked here, the others
     through ``launcher``; the returns in the batch's order."""
 
-    def __init__(self, context: HydraContext, config: DictConfig, launcher: Launcher) -> None:
+    def __init__(
+        self,
+        context: HydraContext,
+        config: DictConfig,
+        launcher: Launcher,
+        configs: Callable[[list[str]], DictConfig],
+    ) -> None:
+        """``configs(overrides)``: a job's config as the launcher composes it
+        (:class:`experiments.race.job_configs.JobConfigs`)."""
         self.context, self.config, self.launcher = context, config, launcher
+        self.configs = configs
         self.kinds: dict[tuple[str, ...], bool] = {}  # by candidate: are its jobs heads?
-        self.composed: dict[tuple[str, ...], DictConfig] = {}  # a head job's, until it runs
-
-    def _compose(self, overrides: list[str]) -> DictConfig:
-        """The job's config, as the launcher composes it (once: the one :meth:`_is_head`
-        composed is taken, not composed again)."""
-        kept = self.composed.pop(tuple(overrides), None)
-        if kept is not None:
-            return kept
-        return self.context.config_loader.load_sweep_config(self.config, overrides)
 
     def _is_head(self, overrides: list[str]) -> bool:
         """Whether the job trains a head on cached features: decided once per candidate (its
         overrides but the seed), from its first job's composed config."""
         candidate = tuple(o for o in overrides if not o.startswith(f"{SEED}="))
         if candidate not in self.kinds:
-            config = self._compose(overrides)
-            self.kinds[candidate] = is_head_job(config)
-            if self.kinds[candidate]:
-                self.composed[tuple(overrides)] = config
+            self.kinds[candidate] = is_head_job(self.configs(overrides))
         return self.kinds[candidate]
 
     def __call__(self, batch: list[list[str]], first: int) -> Sequence[JobReturn]:
@@ -117,7 +114,7 @@ class StackedLaunch:
             returns.update(zip(rest, others, strict=True))
         if heads:
             print(f"samplerlab race: {len(heads)} head runs on cached features at once", flush=True)
-            done = self._heads([self._compose(batch[i]) for i in heads], first)
+            done = self._heads([self.configs(batch[i]) for i in heads], first)
             returns.update(zip(heads, done, strict=True))
         return [returns[i] for i in range(len(batch))]
 

@@ -49,16 +49,33 @@ ConfigStore.instance().store(
 
 
 # The multirun configs whose candidates :meth:`RaceSweeper.check` composed and checked already
-# (before the sweep's parent run): the sweep does not compose them again.
-_CHECKED: list[DictConfig] = []
+# (before the sweep's parent run), with those compositions: the sweep takes them over.
+_CHECKED: list[tuple[DictConfig, Any]] = []
 
 
-def _check_job(loader: Any, config: DictConfig, overrides: list[str]) -> None:
-    """Compose one job's config from the multirun ``config`` as the launcher will, and run the
-    runner's checks on it (values, targets, the objective)."""
+def _plan(parser: Any, params: list[str], task: list[str], max_seeds: int) -> Any:
+    """The race's plan (:class:`experiments.race.driver.Plan`) from the sweeper's ``params`` and
+    the command line's ``task`` overrides; every job lean (:data:`LEAN`) unless they say."""
+    from experiments.race import driver
+
+    overrides = parser.parse_overrides(params) + parser.parse_overrides(task)
+    given = {o.get_key_element().lstrip("+~") for o in overrides}
+    lean = [f"{k}={v}" for k, v in LEAN.items() if k not in given]
+    return driver.plan_from(parser.parse_overrides(lean) + overrides, max_seeds)
+
+
+def _job_configs(loader: Any, config: DictConfig) -> Any:
+    """The jobs' configs of the multirun ``config`` as the launcher composes them, each
+    candidate's composed once (:class:`experiments.race.job_configs.JobConfigs`)."""
+    from experiments.race.job_configs import JobConfigs
+
+    return JobConfigs(lambda overrides: loader.load_sweep_config(config, overrides))
+
+
+def _check_job(job: DictConfig, config: DictConfig) -> None:
+    """Run the runner's checks (values, targets, the objective) on a job's composed config."""
     from runner.checks import check_objective, check_targets
 
-    job = loader.load_sweep_config(config, overrides)
     check_targets(job)
     check_objective(job, str(config.hydra.sweeper._target_))
 
@@ -87,17 +104,16 @@ class RaceSweeper(Sweeper):
         from experiments.race import driver
 
         sweeper = config.hydra.sweeper
-        parser = OverridesParser.create()
         params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
         task = [str(o) for o in config.hydra.overrides.task]
         settings = RaceSettings.from_node(sweeper)
-        plan = driver.plan_from(parser.parse_overrides(params + task), settings.max_seeds)
+        plan = _plan(OverridesParser.create(), params, task, settings.max_seeds)
         driver.new_race(plan, settings)
         hydra = GlobalHydra.instance()
         if hydra.is_initialized():  # inside the app: every candidate's composed config too
-            loader = hydra.config_loader()
-            driver.check_candidates(plan, lambda job: _check_job(loader, config, job))
-            _CHECKED.append(config)
+            configs = _job_configs(hydra.config_loader(), config)
+            driver.check_candidates(plan, lambda job: _check_job(configs(job), config))
+            _CHECKED.append((config, configs))
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -114,7 +130,9 @@ class RaceSweeper(Sweeper):
         """Compose the job's config as the launcher will and run the runner's checks on it
         (values, targets, the objective): the user error its job would stop with, at once."""
         assert self.hydra_context is not None and self.config is not None
-        _check_job(self.hydra_context.config_loader, self.config, overrides)
+        _check_job(
+            self.hydra_context.config_loader.load_sweep_config(self.config, overrides), self.config
+        )
 
     def sweep(self, arguments: list[str]) -> Any:
         from pathlib import Path
@@ -126,13 +144,9 @@ class RaceSweeper(Sweeper):
         assert self.config is not None and self.launcher is not None
         assert self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        overrides = parser.parse_overrides([f"{k}={v}" for k, v in self.params.items()])
-        overrides += parser.parse_overrides(arguments)
-        given = {o.get_key_element().lstrip("+~") for o in overrides}
-        lean = [f"{k}={v}" for k, v in LEAN.items() if k not in given]
-        overrides = parser.parse_overrides(lean) + overrides
+        params = [f"{k}={v}" for k, v in self.params.items()]
         settings = self.settings
-        plan = driver.plan_from(overrides, settings.max_seeds)
+        plan = _plan(parser, params, arguments, settings.max_seeds)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -143,13 +157,19 @@ class RaceSweeper(Sweeper):
 
         from experiments.race.stacked_jobs import StackedLaunch, stacks_here
 
-        if stacks_here(self.config):
-            launch = StackedLaunch(self.hydra_context, self.config, launcher)
+        multirun = self.config
+        checked = [configs for config, configs in _CHECKED if config is multirun]
+        _CHECKED[:] = [(c, j) for c, j in _CHECKED if c is not multirun]
+        configs = (
+            checked[0] if checked else _job_configs(self.hydra_context.config_loader, multirun)
+        )
+        if stacks_here(multirun):
+            launch = StackedLaunch(self.hydra_context, multirun, launcher, configs)
         race, keys, returns = driver.run(
             plan,
             settings,
             launch,
-            None if any(c is self.config for c in _CHECKED) else self.check_job,
+            None if checked else lambda job: _check_job(configs(job), multirun),
         )
         objective = str(OmegaConf.select(self.config, "objective", default="objective"))
         where = driver.parent_of(self.hydra_context.callbacks)
@@ -159,10 +179,8 @@ class RaceSweeper(Sweeper):
         if where is not None and advised is not None:  # None: no candidate learned
             from experiments.race.advised_model import log_advised_model
 
-            loader, config = self.hydra_context.config_loader, self.config
-
             def compose(candidate: str, seed: int) -> DictConfig:
-                return loader.load_sweep_config(config, plan.job(candidate, seed))
+                return configs(plan.job(candidate, seed))
 
             print(log_advised_model(race, keys, compose, where), flush=True)
         return returns
