@@ -4,6 +4,9 @@ with what the runner supplies, checked, and put together as the training core's
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from runner.distributed import check_batch_size, data_parallel
 from runner.errors import UserError
 from runner.models import FeatureClassifier
 from runner.models.adopt import as_feature_classifier
+from runner.reused_builds import reused
 from runner.train.features import FrozenInputs, freeze_backbone
 from runner.train.feed import place
 from runner.train.onnx_engine import check_engine
@@ -88,16 +92,33 @@ def build_parts(cfg: DictConfig) -> Parts:
     if trainer.threads:
         torch.set_num_threads(trainer.threads)
     torch.manual_seed(cfg.seed)
-    data: LongTailData = place(build("data", cfg.data), device)  # in memory or a DataLoader
+
+    # Runs prepared together (a race round's heads) build what they share once (reused_builds).
+    def data_key() -> tuple[str, ...]:
+        return _resolved(cfg.data), str(device)
+
+    data: LongTailData = reused(
+        "data", data_key, lambda: place(build("data", cfg.data), device), dataclasses.replace
+    )  # in memory or a DataLoader
     sampler: Sampler = build("sampler", cfg.sampler, labels=data.train_y)
-    model: FeatureClassifier = build_model(cfg.model, data.in_shape, data.num_classes)
-    if model.unit_input and data.normalize is not None:  # the model standardises itself
-        channels = len(data.normalize[0])
-        data.normalize = ([0.0] * channels, [1.0] * channels)
-    stage_for(trainer).check_built(model, data.val_y)  # the built split and model: refused now
-    frozen = None
-    if cfg.model.get("freeze", False):  # the head alone trains, on cached features if it can
-        model, data, frozen = freeze(model, data, cfg, device)
+    stage = stage_for(trainer)
+
+    def model_and_features() -> tuple[FeatureClassifier, LongTailData, FrozenInputs | None]:
+        model = build_model(cfg.model, data.in_shape, data.num_classes)
+        inputs = dataclasses.replace(data)
+        if model.unit_input and inputs.normalize is not None:  # the model standardises itself
+            channels = len(inputs.normalize[0])
+            inputs.normalize = ([0.0] * channels, [1.0] * channels)
+        stage.check_built(model, inputs.val_y)  # the built split and model: refused now
+        if not cfg.model.get("freeze", False):
+            return model, inputs, None
+        return freeze(model, inputs, cfg, device)  # the head alone trains, on cached features
+
+    def model_key() -> tuple[str, ...]:
+        return *data_key(), _resolved(cfg.model), _resolved(cfg.features), str(trainer.augment)
+
+    model, data, frozen = reused("model", model_key, model_and_features, _own_model)
+    stage.check_built(model, data.val_y)  # also where an earlier run built them
     weights = getattr(sampler, "class_loss_weights", None)  # the hybrid strategy's
     rows = {}  # the number of training samples, for the losses that take it (multi-label)
     if "train_size" in accepted_parameters(get_method(cfg.loss._target_)):
@@ -124,6 +145,20 @@ def build_parts(cfg: DictConfig) -> Parts:
         str(cfg.model.get("head", "linear")),
         frozen,
     )
+
+
+def _resolved(node: DictConfig) -> str:
+    """A config node's resolved values, as a key."""
+    return json.dumps(OmegaConf.to_container(node, resolve=True), sort_keys=True, default=str)
+
+
+def _own_model(
+    built: tuple[FeatureClassifier, LongTailData, FrozenInputs | None],
+) -> tuple[FeatureClassifier, LongTailData, FrozenInputs | None]:
+    """A run's own model (it trains it) and data object; the tensors and the frozen backbone
+    are read only, and shared."""
+    model, data, frozen = built
+    return copy.deepcopy(model), dataclasses.replace(data), frozen
 
 
 def freeze(

@@ -16,6 +16,7 @@ WITH_EXAMPLES = (
     "runner.files",
     "runner.models.source",
     "runner.quick_exit",
+    "runner.reused_builds",
     "runner.train.decoupled",
     "runner.train.feature_bank",
     "runner.train.features",

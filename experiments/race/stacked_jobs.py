@@ -4,8 +4,9 @@ A job is a head on cached features when its config says so before anything is bu
 (:func:`is_head_job`: ``model.freeze=true``, ``trainer.augment=false``, ``model.head=linear``,
 no classifier epochs, not a resumed job). Each such job goes through Hydra's ``run_job`` as the
 basic launcher runs it (its output folder, its callbacks, its MLflow child run with the same
-params, tags and datasets) but stops before training (:func:`runner.app.prepare`); then the
-round's prepared runs train as stacked heads, one group per backbone and features
+params, tags and datasets) but stops before training (:func:`runner.app.prepare`; each seed's
+data and frozen model built once for the round: :mod:`runner.reused_builds`); then the round's
+prepared runs train as stacked heads, one group per backbone and features
 (:func:`runner.train.stacked.fit_stacked`: equal to each trained alone, up to float32 summation
 order), and each run records its results and ends as it would alone
 (:func:`runner.app.train_recorded`). What builds to something else (a dataset with no
@@ -119,26 +120,13 @@ class StackedLaunch:
         return [returns[i] for i in range(len(batch))]
 
     def _heads(self, configs: list[DictConfig], first: int) -> list[JobReturn]:
-        from runner.train.stacked import share_inputs
+        from runner.reused_builds import reusing_builds
 
         prepared: list[JobReturn] = []
         kept: list[Any] = []  # one copy of the features and backbone per backbone, as built
         try:
-            for number, config in enumerate(configs, start=first):
-                with open_dict(config):
-                    config.hydra.job.id = number
-                    config.hydra.job.num = number
-                prepared.append(
-                    run_job(
-                        hydra_context=self.context,
-                        task_function=_prepare_task,
-                        config=config,
-                        job_dir_key="hydra.sweep.dir",
-                        job_subdir_key="hydra.sweep.subdir",
-                    )
-                )
-                for ready in _ready(prepared[-1:]).values():
-                    share_inputs(ready.run, kept)
+            with reusing_builds():  # each seed's data, backbone and features read once
+                self._prepare(configs, first, prepared, kept)
         except BaseException as stop:  # a signal (run_job returns exceptions): end those opened
             _train(_ready(prepared), stop)
             raise
@@ -150,6 +138,29 @@ class StackedLaunch:
             if i in outcomes:
                 _finish(ret, outcomes[i])
         return prepared
+
+    def _prepare(
+        self, configs: list[DictConfig], first: int, prepared: list[JobReturn], kept: list[Any]
+    ) -> None:
+        """Each job through ``run_job`` up to training, its return appended to ``prepared``;
+        the runs' features and backbones shared through ``kept``."""
+        from runner.train.stacked import share_inputs
+
+        for number, config in enumerate(configs, start=first):
+            with open_dict(config):
+                config.hydra.job.id = number
+                config.hydra.job.num = number
+            prepared.append(
+                run_job(
+                    hydra_context=self.context,
+                    task_function=_prepare_task,
+                    config=config,
+                    job_dir_key="hydra.sweep.dir",
+                    job_subdir_key="hydra.sweep.subdir",
+                )
+            )
+            for ready in _ready(prepared[-1:]).values():
+                share_inputs(ready.run, kept)
 
 
 def _ready(prepared: list[JobReturn]) -> dict[int, Any]:
