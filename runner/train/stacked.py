@@ -1,6 +1,6 @@
 """Many linear heads on the same cached features trained at once: each batch, every head's
 rows are gathered by its own sampler's indices into one ``(H, B, D)`` tensor and its logits come
-from one batched matmul; every head keeps its own loss (class weights, epoch schedule), its own
+from one batched matmul, its weights' gradients from another; every head keeps its own loss (class weights, epoch schedule), its own
 optimizer, learning-rate schedule and sampler, stepped exactly as :func:`runner.train.fit.
 train_epoch` steps them, and its own record (:class:`runner.train.fit.Epochs`).
 
@@ -173,13 +173,17 @@ def train_epoch_stacked(
             break
         idx = torch.stack([head.order[start : start + batch_size] for head in active])
         rows = x.index_select(0, idx.reshape(-1)).view(*idx.shape, x.shape[1])
-        weight = torch.stack([head.linear.weight for head in active])
-        bias = torch.stack([head.linear.bias for head in active])
-        with autocast(device):
+        with torch.no_grad(), autocast(device):
+            weight = torch.stack([head.linear.weight for head in active])
+            bias = torch.stack([head.linear.bias for head in active])
             logits = torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
+        # Autograd goes back to the logits alone; the heads' gradients are one product below.
+        logits.requires_grad_(True)
         total = logits.new_zeros(())
-        for h, head in enumerate(active):
-            weighted, ce = head.loss_fn(logits[h], y.index_select(0, idx[h]), epoch)
+        # Unbound, not indexed: each head's gradient lands in its own slice of one tensor
+        # (indexing would give each a zero-filled gradient of the whole stack to add up).
+        for h, (head, head_logits) in enumerate(zip(active, logits.unbind(0), strict=True)):
+            weighted, ce = head.loss_fn(head_logits, y.index_select(0, idx[h]), epoch)
             loss = weighted.mean()
             total = total + loss
             head.losses[start : start + idx.shape[1]] = ce.detach()
@@ -187,15 +191,38 @@ def train_epoch_stacked(
         for head in active:
             head.state.optimizer.zero_grad(set_to_none=True)
         total.backward()
+        _set_gradients(active, logits, rows, device)
         for head in active:
             head.state.optimizer.step()
             head.state.scheduler.step()
+        # One check for every head while all are finite; each head's where one is not.
+        if bool(torch.isfinite(torch.stack([head.loss_sum for head in active])).all()):
+            continue
+        for head in active:
             if not bool(torch.isfinite(head.loss_sum)):
                 done = head.losses[: start + idx.shape[1]]
                 before = done[: number * batch_size]
                 mean = float(before.mean()) if before.numel() else float("nan")
                 head.diverged = Diverged(epoch, number, mean)
     return [_finish(head) for head in heads]
+
+
+def _set_gradients(
+    heads: Sequence[_Head], logits: torch.Tensor, rows: torch.Tensor, device: torch.device
+) -> None:
+    """Each head's weight and bias gradient from its logits' (``logits.grad``, (H, B, C)) and
+    its rows (H, B, D), as ``nn.Linear``'s backward computes them for one head: the weight's
+    ``grad^T @ rows`` (a (C, B) by (B, D) product, the layout the loop alone uses; the batched
+    matmul's own backward multiplied (D, B) by (B, C), which took twice the forward's time),
+    the bias's the sum over the batch; in the parameters' dtype."""
+    grad = logits.grad
+    assert grad is not None
+    with torch.no_grad(), autocast(device):
+        weights = torch.bmm(grad.transpose(1, 2), rows)
+    biases = grad.sum(1)
+    for head, weight, bias in zip(heads, weights, biases, strict=True):
+        head.linear.weight.grad = weight.to(head.linear.weight.dtype)
+        head.linear.bias.grad = bias.to(head.linear.bias.dtype)
 
 
 def _finish(head: _Head) -> EpochResult | Diverged:
