@@ -86,7 +86,12 @@ def stack_groups(runs: Sequence[RunContext]) -> list[list[int]]:
 
 def _same_inputs(a: RunContext, b: RunContext) -> bool:
     da, db = a.parts.data, b.parts.data
-    return torch.equal(da.train_x, db.train_x) and torch.equal(da.train_y, db.train_y)
+    return _equal(da.train_x, db.train_x) and _equal(da.train_y, db.train_y)
+
+
+def _equal(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """``torch.equal``, at once for one tensor (runs built together hold the same ones)."""
+    return x is y or torch.equal(x, y)
 
 
 def share_inputs(run: RunContext, kept: list[RunContext]) -> None:
@@ -104,7 +109,7 @@ def share_inputs(run: RunContext, kept: list[RunContext]) -> None:
 def _same_data(a: LongTailData, b: LongTailData) -> bool:
     def same(x: object, y: object) -> bool:
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            return x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
+            return x.shape == y.shape and x.dtype == y.dtype and _equal(x, y)
         return x is None and y is None
 
     splits = ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y")
@@ -114,7 +119,7 @@ def _same_data(a: LongTailData, b: LongTailData) -> bool:
 
 
 def _same_frozen(a: Parts, b: Parts) -> bool:
-    if a.frozen is None or b.frozen is None:
+    if a.frozen is None or b.frozen is None or a.frozen is b.frozen:
         return a.frozen is b.frozen
     sa, sb = a.frozen.backbone.state_dict(), b.frozen.backbone.state_dict()
     return sa.keys() == sb.keys() and all(
