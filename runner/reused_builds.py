@@ -50,8 +50,9 @@ _built: dict[tuple[Hashable, ...], tuple[Any, torch.Tensor]] | None = None
 
 @contextmanager
 def reusing_builds() -> Iterator[None]:
-    """Within, :func:`reused` builds each thing once (see the module's docstring); nested
-    blocks share the outer one's builds. Everything built is let go at the end."""
+    """Within, :func:`reused` builds each thing once while it is the latest of its kind (see
+    the module's docstring); nested blocks share the outer one's builds. Everything built is
+    let go at the end."""
     global _built
     outer = _built
     if outer is None:
@@ -74,6 +75,10 @@ def reused(
     slot = (kind, key(), torch.get_rng_state().numpy().tobytes())
     held = _built.get(slot)
     if held is None:
+        # One of each kind is kept (runs prepared together come seed by seed): what another
+        # seed built is let go, not held beside what the runs hold.
+        for old in [s for s in _built if s[0] == kind]:
+            del _built[old]
         value = build()
         held = _built[slot] = (value, torch.get_rng_state())
     else:

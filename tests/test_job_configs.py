@@ -113,3 +113,15 @@ def test_a_config_that_does_not_show_its_seed_as_an_override_writes_it_is_compos
     assert calls == [["seed=0"], ["seed=1"], ["seed=1", "trainer.lr=0.1"]]
     moved = OmegaConf.merge(shown_twice, {"seed": 5})
     assert with_seed(moved, 0, 1) is None  # the seed key does not hold the override's value
+    run_together = OmegaConf.merge(
+        shown_twice,
+        {
+            "hydra": {
+                "job": {
+                    "override_dirname": "seed=0",
+                    "config": {"override_dirname": {"item_sep": ""}},
+                }
+            }
+        },
+    )
+    assert with_seed(run_together, 0, 1) is None  # no separator: the items cannot be told apart

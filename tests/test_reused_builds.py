@@ -77,6 +77,25 @@ def test_runs_built_together_reuse_and_equal_runs_built_apart(tmp_path, caplog):
     assert not [r for r in caplog.records if REUSED in r.getMessage()]
 
 
+def test_one_build_of_each_kind_is_kept():
+    """Runs come seed by seed: another seed's build lets the last one go (it is not held
+    beside what its runs hold), so going back builds again."""
+    built = []
+
+    def build(seed):
+        def make():
+            built.append(seed)
+            return [seed]
+
+        return make
+
+    with reusing_builds():
+        for seed in (0, 0, 1, 1, 0):
+            torch.manual_seed(seed)
+            reused("data", tuple, build(seed), list)
+    assert built == [0, 1, 0]
+
+
 def test_a_build_that_fails_is_not_kept_and_nothing_is_reused_outside():
     calls = []
 

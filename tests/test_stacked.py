@@ -22,6 +22,7 @@ import torch
 from runner.build import build_parts
 from runner.tracking import Bystander
 from runner.train.fit import fit
+from runner.train.losses import ClassWeightedLoss
 from runner.train.run import Progress, RunContext
 from runner.train.stacked import fit_stacked, stack_groups, why_not_stacked
 from tests.conftest import compose_config
@@ -115,6 +116,25 @@ def test_a_diverging_head_fails_alone_and_the_others_train_on(tmp_path):
         assert (_weights(alone[i]) - _weights(stacked[i])).abs().max() <= RELATIVE * _weights(
             alone[i]
         ).abs().max()
+
+
+class InPlaceLoss(ClassWeightedLoss):
+    """Cross-entropy whose code changes its logits in place first (by nothing), as a user's
+    loss may."""
+
+    def forward(self, logits, targets, epoch):
+        logits.mul_(1.0)
+        return super().forward(logits, targets, epoch)
+
+
+def test_a_loss_that_changes_its_logits_in_place_stacks(tmp_path):
+    jobs = [("ce", 0, f"loss._target_={__name__}.InPlaceLoss"), ("class_balanced", 0)]
+    alone, stacked = _runs(tmp_path, jobs), _runs(tmp_path, jobs)
+    assert fit_stacked(stacked) == [None, None]
+    for one, many in zip(alone, stacked, strict=True):
+        fit(one)
+        w1, w2 = _weights(one), _weights(many)
+        assert (w1 - w2).abs().max() <= RELATIVE * w1.abs().max()
 
 
 def test_what_cannot_stack_says_why(tmp_path):

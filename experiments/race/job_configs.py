@@ -81,6 +81,8 @@ def with_seed(config: DictConfig, old: int, new: int) -> DictConfig | None:
     new_dirname = dirname
     if SEED not in naming.exclude_keys:
         kv, sep = str(naming.kv_sep), str(naming.item_sep)
+        if not sep:  # the items run together: the seed's cannot be told apart
+            return None
         items = dirname.split(sep)
         shown = f"{SEED}{kv}{old}"
         if items.count(shown) != 1:

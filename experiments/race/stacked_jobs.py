@@ -28,6 +28,7 @@ from hydra.types import HydraContext
 from omegaconf import DictConfig, open_dict
 
 from experiments.race.driver import SEED
+from runner.reused_builds import reusing_builds
 
 log = logging.getLogger("runner")
 
@@ -107,31 +108,27 @@ class StackedLaunch:
         return self.kinds[candidate]
 
     def __call__(self, batch: list[list[str]], first: int) -> Sequence[JobReturn]:
-        from runner.reused_builds import reusing_builds
-
         heads = [i for i, overrides in enumerate(batch) if self._is_head(overrides)]
         rest = [i for i in range(len(batch)) if i not in heads]
         returns: dict[int, JobReturn] = {}
-        # Each seed's data, backbone and features read once for the round: by the jobs the
-        # launcher runs in this process too (a joblib worker builds its own).
-        with reusing_builds():
-            if rest:
+        if rest:
+            # Each seed's data, backbone and features read once for its jobs, where the
+            # launcher runs them in this process (a joblib worker builds its own).
+            with reusing_builds():
                 others = self.launcher.launch([batch[i] for i in rest], first + len(heads))
-                returns.update(zip(rest, others, strict=True))
-            if heads:
-                print(
-                    f"samplerlab race: {len(heads)} head runs on cached features at once",
-                    flush=True,
-                )
-                done = self._heads([self.configs(batch[i]) for i in heads], first)
-                returns.update(zip(heads, done, strict=True))
+            returns.update(zip(rest, others, strict=True))
+        if heads:
+            print(f"samplerlab race: {len(heads)} head runs on cached features at once", flush=True)
+            done = self._heads([self.configs(batch[i]) for i in heads], first)
+            returns.update(zip(heads, done, strict=True))
         return [returns[i] for i in range(len(batch))]
 
     def _heads(self, configs: list[DictConfig], first: int) -> list[JobReturn]:
         prepared: list[JobReturn] = []
         kept: list[Any] = []  # one copy of the features and backbone per backbone, as built
         try:
-            self._prepare(configs, first, prepared, kept)
+            with reusing_builds():  # each seed's data, backbone and features read once
+                self._prepare(configs, first, prepared, kept)
         except BaseException as stop:  # a signal (run_job returns exceptions): end those opened
             _train(_ready(prepared), stop)
             raise

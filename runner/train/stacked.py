@@ -188,7 +188,8 @@ def train_epoch_stacked(
         # Unbound, not indexed: each head's gradient lands in its own slice of one tensor
         # (indexing would give each a zero-filled gradient of the whole stack to add up).
         for h, (head, head_logits) in enumerate(zip(active, logits.unbind(0), strict=True)):
-            weighted, ce = head.loss_fn(head_logits, y.index_select(0, idx[h]), epoch)
+            # A copy: a loss may change its logits in place, as alone.
+            weighted, ce = head.loss_fn(head_logits.clone(), y.index_select(0, idx[h]), epoch)
             loss = weighted.mean()
             total = total + loss
             head.losses[start : start + idx.shape[1]] = ce.detach()
