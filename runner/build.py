@@ -148,8 +148,9 @@ def build_parts(cfg: DictConfig) -> Parts:
 
 
 def _resolved(node: DictConfig) -> str:
-    """A config node's resolved values, as a key."""
-    return json.dumps(OmegaConf.to_container(node, resolve=True), sort_keys=True, default=str)
+    """A config node's resolved values, as a key (in the node's order: keys of mixed types
+    cannot be sorted)."""
+    return json.dumps(OmegaConf.to_container(node, resolve=True), default=str)
 
 
 def _own_model(
