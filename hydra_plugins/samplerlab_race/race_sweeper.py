@@ -91,6 +91,7 @@ class RaceSweeper(Sweeper):
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self.launcher: Launcher | None = None
+        self.configs: Any = None  # experiments.race.job_configs.JobConfigs, once composing
 
     @staticmethod
     def check(config: DictConfig) -> None:
@@ -126,13 +127,23 @@ class RaceSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config
         )
 
+    def job_config(self, overrides: list[str]) -> DictConfig:
+        """The job's config as the launcher composes it, each candidate's composed once: by
+        :meth:`check` already, for this multirun config, or here."""
+        assert self.hydra_context is not None and self.config is not None
+        if self.configs is None:
+            checked = [configs for config, configs in _CHECKED if config is self.config]
+            _CHECKED[:] = [(c, j) for c, j in _CHECKED if c is not self.config]
+            loader = self.hydra_context.config_loader
+            self.configs = checked[0] if checked else _job_configs(loader, self.config)
+        config: DictConfig = self.configs(overrides)
+        return config
+
     def check_job(self, overrides: list[str]) -> None:
         """Compose the job's config as the launcher will and run the runner's checks on it
         (values, targets, the objective): the user error its job would stop with, at once."""
-        assert self.hydra_context is not None and self.config is not None
-        _check_job(
-            self.hydra_context.config_loader.load_sweep_config(self.config, overrides), self.config
-        )
+        assert self.config is not None
+        _check_job(self.job_config(overrides), self.config)
 
     def sweep(self, arguments: list[str]) -> Any:
         from pathlib import Path
@@ -157,19 +168,11 @@ class RaceSweeper(Sweeper):
 
         from experiments.race.stacked_jobs import StackedLaunch, stacks_here
 
-        multirun = self.config
-        checked = [configs for config, configs in _CHECKED if config is multirun]
-        _CHECKED[:] = [(c, j) for c, j in _CHECKED if c is not multirun]
-        configs = (
-            checked[0] if checked else _job_configs(self.hydra_context.config_loader, multirun)
-        )
-        if stacks_here(multirun):
-            launch = StackedLaunch(self.hydra_context, multirun, launcher, configs)
+        checked = any(config is self.config for config, _ in _CHECKED)
+        if stacks_here(self.config):
+            launch = StackedLaunch(self.hydra_context, self.config, launcher, self.job_config)
         race, keys, returns = driver.run(
-            plan,
-            settings,
-            launch,
-            None if checked else lambda job: _check_job(configs(job), multirun),
+            plan, settings, launch, None if checked else self.check_job
         )
         objective = str(OmegaConf.select(self.config, "objective", default="objective"))
         where = driver.parent_of(self.hydra_context.callbacks)
@@ -180,7 +183,7 @@ class RaceSweeper(Sweeper):
             from experiments.race.advised_model import log_advised_model
 
             def compose(candidate: str, seed: int) -> DictConfig:
-                return configs(plan.job(candidate, seed))
+                return self.job_config(plan.job(candidate, seed))
 
             print(log_advised_model(race, keys, compose, where), flush=True)
         return returns

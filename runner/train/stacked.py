@@ -1,8 +1,9 @@
 """Many linear heads on the same cached features trained at once: each batch, every head's
 rows are gathered by its own sampler's indices into one ``(H, B, D)`` tensor and its logits come
-from one batched matmul, its weights' gradients from another; every head keeps its own loss (class weights, epoch schedule), its own
-optimizer, learning-rate schedule and sampler, stepped exactly as :func:`runner.train.fit.
-train_epoch` steps them, and its own record (:class:`runner.train.fit.Epochs`).
+from one batched matmul, its weights' gradients from another; every head keeps its own loss
+(class weights, epoch schedule), its own optimizer, learning-rate schedule and sampler, stepped
+exactly as :func:`runner.train.fit.train_epoch` steps them, and its own record
+(:class:`runner.train.fit.Epochs`).
 
 The results equal training each head alone up to float32 summation order: a batched matmul
 adds a row's ``D`` products in another order than a single one (tests/test_stacked.py states
