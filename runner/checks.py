@@ -49,7 +49,7 @@ class Constraint:
 CONSTRAINTS = (
     Constraint("trainer.epochs", int, low=1),
     Constraint("trainer.batch_size", int, low=1),
-    Constraint("trainer.eval_every", int, low=1),
+    Constraint("trainer.eval_every", int, low=0, example="0: after each stage's last epoch"),
     Constraint("trainer.eval_batch_size", int, low=1),
     Constraint("trainer.warmup_epochs", int, low=0, high="trainer.epochs"),
     Constraint("trainer.threads", int, low=0, example="0: torch's default"),

@@ -127,6 +127,37 @@ def test_a_run_records_metrics_statistics_and_artifacts(tracking_uri, tmp_path):
     assert local.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.parametrize(("every", "evaluated"), [(0, [2, 4]), (1, [1, 2, 3, 4]), (3, [2, 3, 4])])
+def test_eval_every_evaluates_its_epochs_and_each_stages_last(tracking_uri, every, evaluated):
+    """cRT, 2 + 2 epochs: ``trainer.eval_every`` epochs apart (0: none between), and always
+    stage one's last epoch and the run's last; the final metrics and the objective the same."""
+    cfg = compose_config(
+        [
+            *QUICK,
+            "trainer.epochs=2",
+            "trainer.classifier_epochs=2",
+            "data.val_per_class=10",
+            "tracking.plots=false",
+            f"trainer.eval_every={every}",
+            f"tracking.uri={tracking_uri}",
+        ]
+    )
+    results = run(cfg)
+    client = MlflowClient(tracking_uri)
+    (found,) = client.search_runs(
+        [client.get_experiment_by_name("samplerlab").experiment_id],
+        f"params.`trainer.eval_every` = '{every}'",
+    )
+
+    def steps(key: str) -> list[int]:
+        return [m.step for m in client.get_metric_history(found.info.run_id, key)]
+
+    assert steps("train/loss") == [1, 2, 3, 4]
+    assert steps("val/balanced_accuracy") == steps("test/recall/class_0") == evaluated
+    assert steps("stage1/balanced_accuracy") == [2]
+    assert results["val/balanced_accuracy"] == found.data.metrics["val/balanced_accuracy"]
+
+
 def test_same_config_and_seed_give_the_same_metrics(tracking_uri):
     overrides = [
         *QUICK,

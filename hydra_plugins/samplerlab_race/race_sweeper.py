@@ -33,8 +33,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.race.settings import RaceSettings
 
-# What a race's children skip unless told otherwise: the answer needs one model, no plots.
-LEAN = {"tracking.log_model": "false", "tracking.plots": "false"}
+# What a race's children skip unless told otherwise: the answer needs one model, no plots, and
+# of each run only its last evaluation (the objective; a classifier stage's end is evaluated too).
+LEAN = {"tracking.log_model": "false", "tracking.plots": "false", "trainer.eval_every": "0"}
 
 
 @dataclass

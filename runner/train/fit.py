@@ -234,7 +234,8 @@ class Epochs:
         if epoch == last and isinstance(self.stage, PostHocStage):
             tuned = choose_post_hoc(parts, self.stage, self.val_x, self.train_x)
             metrics.update(tuned.metrics())
-        if epoch % trainer.eval_every == 0 or epoch == last or stage_one_ends:
+        periodic = trainer.eval_every and epoch % trainer.eval_every == 0  # 0: never
+        if periodic or epoch == last or stage_one_ends:
             evaluation, validation = _evaluations(parts, self.test_x, self.val_x, tuned)
             metrics.update(evaluation.metrics(names, per_class=not tabled))
             columns.update(evaluation.class_columns("test"))
@@ -255,6 +256,8 @@ class Epochs:
                 progress.best, progress.best_epoch, progress.best_score = evaluation, epoch, score
             line = evaluation.one_line()
             log.info("epoch %d/%d  loss %.4f  %s", epoch, last, result.mean_loss, line)
+        else:  # not evaluated (trainer.eval_every): its training loss
+            log.info("epoch %d/%d  loss %.4f", epoch, last, result.mean_loss)
         if epoch > run.logged_through:
             recorder.log_metrics(metrics, step=epoch)
             if tabled:
