@@ -105,6 +105,28 @@ def test_stacked_heads_train_as_each_alone(tmp_path):
         assert one.parts.state.epoch == many.parts.state.epoch == EPOCHS
 
 
+def test_heads_whose_samplers_draw_whole_batches_stack_by_their_batches(tmp_path):
+    """fixed_class (8 classes x 16 per batch) and mixture draw whole batches of 128: 9 an
+    epoch, not the index samplers' 10, so they stack apart from ce, each seed's pair at once."""
+    jobs = [(m, seed) for m in ("fixed_class", "mixture", "ce") for seed in (0, 1)]
+    alone, stacked = _runs(tmp_path, jobs), _runs(tmp_path, jobs)
+    assert [why_not_stacked(run) for run in stacked] == [None] * len(jobs)
+    assert stack_groups(stacked) == [[0, 2], [1, 3], [4], [5]]
+    for run in alone:
+        fit(run)
+    for group in stack_groups(stacked):
+        assert fit_stacked([stacked[i] for i in group]) == [None] * len(group)
+    for job, one, many in zip(jobs, alone, stacked, strict=True):
+        w1, w2 = _weights(one), _weights(many)
+        assert (w1 - w2).abs().max() <= RELATIVE * w1.abs().max(), job
+        last = one.recorder.rows[EPOCHS]
+        assert (
+            many.recorder.rows[EPOCHS]["test/balanced_accuracy"] == last["test/balanced_accuracy"]
+        )
+        drawn = {k: v for k, v in last.items() if k.startswith("sampling/")}
+        assert drawn == {k: many.recorder.rows[EPOCHS][k] for k in drawn}, job  # the same draws
+
+
 def test_a_diverging_head_fails_alone_and_the_others_train_on(tmp_path):
     jobs = [("ce", 0), ("ce", 0, "trainer.lr=1e38"), ("class_balanced", 0)]
     alone, stacked = _runs(tmp_path, jobs), _runs(tmp_path, jobs)

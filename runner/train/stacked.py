@@ -27,8 +27,8 @@ from runner.train.state import TrainState, autocast, batches_per_epoch, total_ep
 def why_not_stacked(run: RunContext) -> str | None:
     """None when ``run`` can train as a stacked head; else why not, in a few words. A stacked
     head is a plain linear classifier on cached features (``model.freeze=true``, no
-    augmentation, ``model.head=linear``), one stage (no cRT/LWS classifier epochs), a sampler
-    that yields indices (not whole batches), in one process, from the start of an epoch."""
+    augmentation, ``model.head=linear``), one stage (no cRT/LWS classifier epochs), in one
+    process, from the start of an epoch. Its sampler may draw indices or whole batches."""
     parts, state = run.parts, run.parts.state
     model = state.model
     if parts.frozen is None:
@@ -39,8 +39,6 @@ def why_not_stacked(run: RunContext) -> str | None:
         return "the model computes features itself"
     if parts.trainer.classifier_epochs:
         return "a classifier stage follows (trainer.classifier_epochs)"
-    if parts.sampler.batch_size:
-        return "the sampler draws whole batches"
     if state.parallel is not None:
         return "trained by several processes"
     if state.batch:
@@ -49,8 +47,8 @@ def why_not_stacked(run: RunContext) -> str | None:
 
 
 def stack_key(run: RunContext) -> tuple[object, ...]:
-    """Runs with the same key can stack: the same epochs, batches and device; their models
-    share the feature and class dimensions (:func:`fit_stacked` checks that they also train on
+    """Runs with the same key can stack: the same epochs, batches (their number and size) and
+    device; their models share the feature and class dimensions (:func:`fit_stacked` checks that they also train on
     the same features and labels)."""
     parts = run.parts
     classifier = parts.state.model.classifier
@@ -58,7 +56,7 @@ def stack_key(run: RunContext) -> tuple[object, ...]:
     return (
         parts.device,
         total_epochs(parts.trainer),
-        parts.trainer.batch_size,
+        _per_batch(parts),
         len(parts.sampler),
         batches_per_epoch(parts.sampler, parts.trainer.batch_size),
         classifier.in_features,
@@ -83,6 +81,11 @@ def stack_groups(runs: Sequence[RunContext]) -> list[list[int]]:
         else:
             groups.append([i])
     return groups
+
+
+def _per_batch(parts: Parts) -> int:
+    """The rows of a batch: a batch sampler's own size, else ``trainer.batch_size``."""
+    return parts.sampler.batch_size or parts.trainer.batch_size
 
 
 def _same_inputs(a: RunContext, b: RunContext) -> bool:
@@ -164,7 +167,7 @@ def train_epoch_stacked(
     runs: Sequence[RunContext], x: torch.Tensor, y: torch.Tensor, batch_size: int
 ) -> list[EpochResult | Diverged]:
     """One epoch of every run in ``runs`` (one :func:`stack_key`), on features ``x`` (N, D)
-    and labels ``y`` on their device: for each, what :func:`runner.train.fit.train_epoch` returns,
+    and labels ``y`` on their device, in batches of ``batch_size`` rows: for each, what :func:`runner.train.fit.train_epoch` returns,
     or the :class:`Diverged` it would raise (a diverged head stops; the others go on, their
     gradients are their own)."""
     heads = [_start(run, batch_size) for run in runs]
@@ -263,7 +266,7 @@ def fit_stacked(runs: Sequence[RunContext]) -> list[BaseException | None]:
     x, y = epochs[0].train_x.memory, epochs[0].train_y
     assert x is not None and x.is_floating_point(), "cached features are a tensor in memory"
     errors: list[BaseException | None] = [None] * len(runs)
-    batch_size = runs[0].parts.trainer.batch_size
+    batch_size = _per_batch(runs[0].parts)
     with stop_on_signals(deferred=True):
         while live := [i for i, run in enumerate(runs) if errors[i] is None and not _done(run)]:
             results = train_epoch_stacked([runs[i] for i in live], x, y, batch_size)
