@@ -185,7 +185,8 @@ def test_a_diverging_candidate_is_out_and_the_resumed_race_replays_it(tmp_path, 
 
 def test_race_children_log_no_model_and_the_advised_one_is_on_the_parent(tmp_path, tracking_uri):
     """Lean children: no MLflow model and no plots on any child (the sweeper's defaults), its
-    checkpoint kept; the advised candidate's model rebuilt from its best seed's checkpoint,
+    checkpoint kept, evaluated after its last epoch alone (every epoch's training record kept);
+    the advised candidate's model rebuilt from its best seed's checkpoint,
     logged on the parent, loadable and registered; the certificate and the epochs on the parent."""
     dropped = ("tracking.log_model", "tracking.plots", "trainer.checkpoint_every")
     lean = [a for a in QUICK if not a.startswith(dropped)]
@@ -194,7 +195,7 @@ def test_race_children_log_no_model_and_the_advised_one_is_on_the_parent(tmp_pat
             "sampler=uniform,weighted",
             "hydra.sweeper.min_seeds=2",
             "hydra.sweeper.max_seeds=2",
-            "trainer.epochs=1",
+            "trainer.epochs=2",
             "tracking.register=race_advised",
             *lean,
             f"tracking.uri={tracking_uri}",
@@ -209,6 +210,22 @@ def test_race_children_log_no_model_and_the_advised_one_is_on_the_parent(tmp_pat
     for child in children:
         files = {a.path for a in client.list_artifacts(child.info.run_id)}
         assert "checkpoint" in files and not any(f.endswith(".png") for f in files)
+        steps = {
+            key: [m.step for m in client.get_metric_history(child.info.run_id, key)]
+            for key in (
+                "train/loss",
+                "sampling/kl_to_target",
+                "val/balanced_accuracy",
+                "test/f1/class_0",
+            )
+        }
+        assert steps == {
+            "train/loss": [1, 2],
+            "sampling/kl_to_target": [1, 2],
+            "val/balanced_accuracy": [2],
+            "test/f1/class_0": [2],
+        }
+        assert child.data.params["trainer.eval_every"] == "0"
     advised = parent.data.tags["advice/advised"]
     source = client.get_run(parent.data.tags["advice/model_from"])
     assert source.data.tags["mlflow.parentRunId"] == parent.info.run_id
@@ -220,7 +237,7 @@ def test_race_children_log_no_model_and_the_advised_one_is_on_the_parent(tmp_pat
     assert model(torch.as_tensor(example)).shape[0] == len(example)
     assert client.get_registered_model("race_advised").name == "race_advised"
     metrics = parent.data.metrics
-    assert metrics["advice/epochs"] == metrics["advice/runs_used"] == 4  # 1 epoch each
+    assert metrics["advice/runs_used"] == 4 and metrics["advice/epochs"] == 8  # 2 epochs each
     assert 0 <= metrics["advice/certificate"] < 100
     assert "no candidate is more than" in done.stdout
 
@@ -240,9 +257,11 @@ def test_heads_on_cached_features_race_at_once_as_one_by_one(tmp_path, tracking_
     each job through the launcher (``hydra.sweeper.stack_heads=false``): the same decisions, and
     children with the same params, tags and metric keys, every value within the stacked heads'
     tolerance (tests/test_stacked.py: 2.4e-5 relative for 4 epochs of 10 batches; 2 epochs
-    here), accuracies equal. The stacked race says so on its console."""
+    here), accuracies equal. The stacked race says so on its console. fixed_class draws whole
+    batches: its heads stack apart (9 batches an epoch, not 10). cRT trains alone, launched
+    first: the heads of its seeds reuse the data and features it built."""
     common = [
-        "+method=ce,class_balanced,hard_mined",
+        "+method=ce,class_balanced,hard_mined,fixed_class,crt",
         *HEADS,
         f"features.cache_dir={tmp_path / 'features'}",
         *QUICK,
@@ -253,8 +272,10 @@ def test_heads_on_cached_features_race_at_once_as_one_by_one(tmp_path, tracking_
         [*common, "tracking.experiment=alone", "hydra.sweeper.stack_heads=false"], tmp_path
     )
     assert stacked.returncode == alone.returncode == 0, stacked.stderr[-3000:] + alone.stderr
-    assert "6 head runs on cached features at once" in stacked.stdout
+    assert "8 head runs on cached features at once" in stacked.stdout
     assert "head runs on cached features at once" not in alone.stdout
+    reused = "data: as an earlier run here built it"
+    assert stacked.stdout.count(reused) == 8, stacked.stdout[-3000:]  # every head's
     client = MlflowClient(tracking_uri)
 
     def children(name: str) -> dict[str, object]:
@@ -264,22 +285,28 @@ def test_heads_on_cached_features_race_at_once_as_one_by_one(tmp_path, tracking_
         return {r.info.run_name: r for r in runs}
 
     one, many = children("alone"), children("stacked")
-    assert sorted(one) == sorted(many) and len(one) == 6
+    assert sorted(one) == sorted(many) and len(one) == 10
     relative = 2 * 10 * 10 * 2**-24
     for name, run in one.items():
         other = many[name]
         ignored = {"tracking.experiment"}
         params = {k: v for k, v in run.data.params.items() if k not in ignored}
         assert params == {k: v for k, v in other.data.params.items() if k not in ignored}
-        assert set(run.data.tags) == set(other.data.tags), name
+        # One by one, cRT forks CE's epoch from the snapshot CE's run left (the same values);
+        # stacked, it is launched before the heads and trains that epoch itself.
+        forked = {"prefix.forked_epochs"}
+        assert set(run.data.tags) - forked == set(other.data.tags) - forked, name
         assert set(run.data.metrics) == set(other.data.metrics), name
         for key, value in run.data.metrics.items():
+            if key == "cost/epochs_trained":  # the epochs it did not fork
+                continue
             if "accuracy" in key or "recall" in key:
                 assert other.data.metrics[key] == value, (name, key)
             else:
                 assert other.data.metrics[key] == pytest.approx(value, rel=relative, abs=1e-9)
         steps = [m.step for m in client.get_metric_history(other.info.run_id, "train/loss")]
-        assert steps == [1, 2], name
+        epochs = 2 + 10 if name.startswith("crt") else 2  # cRT's classifier epochs: 10
+        assert steps == list(range(1, epochs + 1)), name
     verdict = re.compile(r"samplerlab race: use .*")
     assert verdict.findall(stacked.stdout) == verdict.findall(alone.stdout)
 
