@@ -10,14 +10,12 @@ head's initial weights, and everything after, are the same.
 
 A race round's heads on cached features are prepared one after the other in the sweep's process
 (:mod:`experiments.race.stacked_jobs`), seed by seed, and then trained as one stack on one copy
-of their features. While they are prepared, and while the round's other jobs (cRT, LWS) are
-launched in this process before them, each seed's data (the images read, the long-tailed cut)
-and its model with the frozen backbone's features (the backbone built, its weights read and
-digested, the features looked up in the cache) are built once: reading the same files again a
-second later for the next candidate is what the stack would then throw away. Only the latest
-``keep`` builds of each kind are kept (the round's seeds: what its heads will hold anyway), so
-no other copy is held. Outside a ``reusing_builds()`` block, and for every block anew,
-everything is built.
+of their features. While they are prepared, each seed's data (the images read, the long-tailed
+cut) and its model with the frozen backbone's features (the backbone built, its weights read
+and digested, the features looked up in the cache) are built once: reading the same files
+again a second later for the next candidate is what the stack would then throw away. Only the
+latest build of each kind is kept, so no other seed's copy is held. Outside a
+``reusing_builds()`` block, and for every block anew, everything is built.
 
 Example:
     >>> import torch
@@ -47,26 +45,23 @@ T = TypeVar("T")
 log = logging.getLogger("runner")
 
 # Within reusing_builds(): (kind, key, generator state before) -> (the value as built, the
-# generator's state after), oldest first. None outside.
+# generator's state after). None outside.
 _built: dict[tuple[Hashable, ...], tuple[Any, torch.Tensor]] | None = None
-_keep = 1  # builds kept of each kind, within the outermost block
 
 
 @contextmanager
-def reusing_builds(keep: int = 1) -> Iterator[None]:
-    """Within, :func:`reused` builds each thing once while it is among the latest ``keep`` of
-    its kind (see the module's docstring); nested blocks share the outer one's builds and
-    ``keep``. Everything built is let go at the end."""
-    global _built, _keep
-    if keep < 1:
-        raise ValueError(f"reusing_builds: keep must be at least 1, got {keep}")
-    outer, outer_keep = _built, _keep
+def reusing_builds() -> Iterator[None]:
+    """Within, :func:`reused` builds each thing once while it is the latest of its kind (see
+    the module's docstring); nested blocks share the outer one's builds. Everything built is
+    let go at the end."""
+    global _built
+    outer = _built
     if outer is None:
-        _built, _keep = {}, keep
+        _built = {}
     try:
         yield
     finally:
-        _built, _keep = outer, outer_keep
+        _built = outer
 
 
 def reused(
@@ -81,10 +76,9 @@ def reused(
     slot = (kind, key(), torch.get_rng_state().numpy().tobytes())
     held = _built.get(slot)
     if held is None:
-        # The latest of each kind are kept (runs prepared together come seed by seed): what
-        # an older seed built is let go, not held beside what the runs hold.
-        same_kind = [s for s in _built if s[0] == kind]
-        for old in same_kind[: max(0, len(same_kind) - _keep + 1)]:
+        # One of each kind is kept (runs prepared together come seed by seed): what another
+        # seed built is let go, not held beside what the runs hold.
+        for old in [s for s in _built if s[0] == kind]:
             del _built[old]
         value = build()
         held = _built[slot] = (value, torch.get_rng_state())

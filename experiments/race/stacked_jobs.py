@@ -5,8 +5,7 @@ A job is a head on cached features when its config says so before anything is bu
 no classifier epochs, not a resumed job). Each such job goes through Hydra's ``run_job`` as the
 basic launcher runs it (its output folder, its callbacks, its MLflow child run with the same
 params, tags and datasets) but stops before training (:func:`runner.app.prepare`; each seed's
-data and frozen model built once for the round's jobs in this process, those the launcher runs
-here first: :mod:`runner.reused_builds`); then the round's
+data and frozen model built once for the round: :mod:`runner.reused_builds`); then the round's
 prepared runs train as stacked heads, one group per backbone and features
 (:func:`runner.train.stacked.fit_stacked`: equal to each trained alone, up to float32 summation
 order), and each run records its results and ends as it would alone
@@ -111,39 +110,27 @@ class StackedLaunch:
         heads = [i for i, overrides in enumerate(batch) if self._is_head(overrides)]
         rest = [i for i in range(len(batch)) if i not in heads]
         returns: dict[int, JobReturn] = {}
-        prepared: list[JobReturn] = []
-        seeds = {o for overrides in batch for o in overrides if o.startswith(f"{SEED}=")}
-        # Each seed's data, backbone and features read once for the round's jobs in this
-        # process: those the launcher runs here (a joblib worker builds its own), then the
-        # heads as they are prepared; let go before the heads train.
-        with reusing_builds(keep=max(1, len(seeds))):
-            if rest:
+        if rest:
+            # Each seed's data, backbone and features read once for its jobs, where the
+            # launcher runs them in this process (a joblib worker builds its own).
+            with reusing_builds():
                 others = self.launcher.launch([batch[i] for i in rest], first + len(heads))
-                returns.update(zip(rest, others, strict=True))
-            if heads:
-                print(
-                    f"samplerlab race: {len(heads)} head runs on cached features at once",
-                    flush=True,
-                )
-                prepared = self._prepare_heads([self.configs(batch[i]) for i in heads], first)
+            returns.update(zip(rest, others, strict=True))
         if heads:
-            returns.update(zip(heads, self._train_heads(prepared), strict=True))
+            print(f"samplerlab race: {len(heads)} head runs on cached features at once", flush=True)
+            done = self._heads([self.configs(batch[i]) for i in heads], first)
+            returns.update(zip(heads, done, strict=True))
         return [returns[i] for i in range(len(batch))]
 
-    def _prepare_heads(self, configs: list[DictConfig], first: int) -> list[JobReturn]:
-        """Each head job through ``run_job`` up to training; a signal meanwhile ends the runs
-        opened so far (KILLED) and stops the race."""
+    def _heads(self, configs: list[DictConfig], first: int) -> list[JobReturn]:
         prepared: list[JobReturn] = []
         kept: list[Any] = []  # one copy of the features and backbone per backbone, as built
         try:
-            self._prepare(configs, first, prepared, kept)
+            with reusing_builds():  # each seed's data, backbone and features read once
+                self._prepare(configs, first, prepared, kept)
         except BaseException as stop:  # a signal (run_job returns exceptions): end those opened
             _train(_ready(prepared), stop)
             raise
-        return prepared
-
-    def _train_heads(self, prepared: list[JobReturn]) -> list[JobReturn]:
-        """The prepared heads trained (stacked where they can), each job's return completed."""
         # As the basic launcher does after each job: the epochs' log lines of every head go
         # to the sweep's log, not into the last prepared job's file.
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)

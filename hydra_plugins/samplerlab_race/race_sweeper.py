@@ -11,9 +11,10 @@ race's own, :class:`experiments.race.settings.RaceSettings` (``min_seeds``, ``ma
 alone). A round's linear heads on cached features train at once, in this process
 (:mod:`experiments.race.stacked_jobs`).
 
-**Lean children.** Every job gets ``tracking.log_model=false tracking.plots=false`` unless the
-command line sets them: a child keeps its metrics and checkpoint, and the advised candidate's
-model alone is logged, on the parent (:mod:`experiments.race.advised_model`). The rule is in
+**Lean children.** Every job gets ``tracking.log_model=false tracking.plots=false
+trainer.eval_every=0`` unless the command line sets them (:data:`LEAN`): a child keeps its
+metrics and checkpoint, is evaluated after its last epoch (the objective the race reads), and
+the advised candidate's model alone is logged, on the parent (:mod:`experiments.race.advised_model`). The rule is in
 :mod:`experiments.race.rule`, the rounds in :mod:`experiments.race.driver`.
 
 Imported by Hydra's plugin discovery on every start: it imports Hydra and
