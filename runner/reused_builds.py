@@ -9,12 +9,13 @@ the generator's state the build left, so it goes on as if it had built the thing
 head's initial weights, and everything after, are the same.
 
 A race round's heads on cached features are prepared one after the other in the sweep's process
-(:mod:`experiments.race.stacked_jobs`), seed by seed, and then trained as one stack on one copy
-of their features. While they are prepared, each seed's data (the images read, the long-tailed
-cut) and its model with the frozen backbone's features (the backbone built, its weights read
-and digested, the features looked up in the cache) are built once: reading the same files
-again a second later for the next candidate is what the stack would then throw away. Only the
-latest build of each kind is kept, so no other seed's copy is held. Outside a
+(:mod:`experiments.race.stacked_jobs`), seed by seed (each after the jobs of its seed that the
+basic launcher runs there: cRT, LWS), and then trained as one stack on one copy of their
+features. Meanwhile each seed's data (the images read, the long-tailed cut) and its model with
+the frozen backbone's features (the backbone built, its weights read and digested, the features
+looked up in the cache) are built once: reading the same files again a second later for the
+next candidate is what the stack would then throw away. Only the latest build of each kind is
+kept, so no other seed's copy is held. Outside a
 ``reusing_builds()`` block, and for every block anew, everything is built.
 
 Example:

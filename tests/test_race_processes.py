@@ -63,6 +63,48 @@ def test_a_race_stopped_by_sigterm_resumes_to_its_end(tmp_path, tracking_uri):
     assert parent.data.tags["advice/winner"] and "uniform" not in parent.data.tags["advice/winner"]
 
 
+def test_a_race_stopped_between_a_seeds_heads_and_the_next_seeds_jobs_leaves_none_running(
+    tmp_path, tracking_uri
+):
+    """Heads on cached features (ce) and cRT (launched), seed by seed: seed 0's cRT, seed 0's
+    head prepared (its run open), then seed 1's cRT, stopped by SIGTERM as it trains. No run is
+    left RUNNING: the prepared head ends KILLED with the stopped job and the parent."""
+    args = [
+        "+method=ce,crt",
+        "model.freeze=true",
+        "trainer.augment=false",
+        "trainer.epochs=2",
+        "hydra.sweeper.min_seeds=2",
+        "hydra.sweeper.max_seeds=2",
+        f"features.cache_dir={tmp_path / 'features'}",
+        *QUICK,
+        f"tracking.uri={tracking_uri}",
+    ]
+    log = tmp_path / "race.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [*RUN, *args],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=environment({"PYTHONUNBUFFERED": "1"}),
+        )
+    deadline = time.monotonic() + 240
+    # The heads are jobs #0-#1, cRT #2 (seed 0) and #3 (seed 1): stop #3 in its first epoch.
+    while "epoch 1/12" not in log.read_text().partition("#3 : ")[2]:
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
+    _, parent, children = sweep_runs(tracking_uri)
+    assert parent.info.status == "KILLED"
+    statuses = {
+        c.info.run_name.split("-")[0] + c.data.params["seed"]: c.info.status for c in children
+    }
+    assert statuses == {"crt0": "FINISHED", "ce0": "KILLED", "crt1": "KILLED"}, statuses
+
+
 def test_a_race_launches_its_rounds_through_joblib(tmp_path, tracking_uri):
     """Through the configured launcher (two joblib workers): every round's jobs are children of
     the one parent, and the race decided on the values its children recorded."""

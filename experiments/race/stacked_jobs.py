@@ -110,27 +110,38 @@ class StackedLaunch:
         heads = [i for i, overrides in enumerate(batch) if self._is_head(overrides)]
         rest = [i for i in range(len(batch)) if i not in heads]
         returns: dict[int, JobReturn] = {}
-        if rest:
-            # Each seed's data, backbone and features read once for its jobs, where the
-            # launcher runs them in this process (a joblib worker builds its own).
-            with reusing_builds():
-                others = self.launcher.launch([batch[i] for i in rest], first + len(heads))
+        here = str(self.config.hydra.launcher._target_) == LOCAL_LAUNCHERS[0]  # the basic one
+        if rest and not here:  # joblib's workers build their own: all at once, in parallel
+            others = self.launcher.launch([batch[i] for i in rest], first + len(heads))
             returns.update(zip(rest, others, strict=True))
         if heads:
             print(f"samplerlab race: {len(heads)} head runs on cached features at once", flush=True)
-            done = self._heads([self.configs(batch[i]) for i in heads], first)
-            returns.update(zip(heads, done, strict=True))
-        return [returns[i] for i in range(len(batch))]
-
-    def _heads(self, configs: list[DictConfig], first: int) -> list[JobReturn]:
         prepared: list[JobReturn] = []
         kept: list[Any] = []  # one copy of the features and backbone per backbone, as built
         try:
-            with reusing_builds():  # each seed's data, backbone and features read once
-                self._prepare(configs, first, prepared, kept)
+            # Seed by seed (the batch's runs of one seed): the jobs the basic launcher runs in
+            # this process, then the heads to prepare. Each seed's data, backbone and features
+            # are read once for all of them; only the latest seed's build is kept.
+            with reusing_builds():
+                for segment in _by_seed(batch):
+                    mine = [i for i in segment if i in rest] if here else []
+                    if mine:
+                        number = first + len(heads) + rest.index(mine[0])
+                        others = self.launcher.launch([batch[i] for i in mine], number)
+                        returns.update(zip(mine, others, strict=True))
+                    own = [i for i in segment if i in heads]
+                    if own:
+                        configs = [self.configs(batch[i]) for i in own]
+                        self._prepare(configs, first + heads.index(own[0]), prepared, kept)
         except BaseException as stop:  # a signal (run_job returns exceptions): end those opened
             _train(_ready(prepared), stop)
             raise
+        if heads:
+            returns.update(zip(heads, self._train_heads(prepared), strict=True))
+        return [returns[i] for i in range(len(batch))]
+
+    def _train_heads(self, prepared: list[JobReturn]) -> list[JobReturn]:
+        """The prepared heads trained (stacked where they can), each job's return completed."""
         # As the basic launcher does after each job: the epochs' log lines of every head go
         # to the sweep's log, not into the last prepared job's file.
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
@@ -162,6 +173,19 @@ class StackedLaunch:
             )
             for ready in _ready(prepared[-1:]).values():
                 share_inputs(ready.run, kept)
+
+
+def _by_seed(batch: list[list[str]]) -> list[list[int]]:
+    """The batch's indices cut where the seed changes: the runs of jobs of one seed, in order."""
+    segments: list[list[int]] = []
+    last: object = object()
+    for i, overrides in enumerate(batch):
+        seed = next((o for o in overrides if o.startswith(f"{SEED}=")), None)
+        if not segments or seed != last:
+            segments.append([])
+        segments[-1].append(i)
+        last = seed
+    return segments
 
 
 def _ready(prepared: list[JobReturn]) -> dict[int, Any]:
