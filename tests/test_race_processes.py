@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,28 @@ from tests.test_race import QUICK, race, sweep_runs
 pytestmark = pytest.mark.slow  # the CLI end to end, training, signals
 
 RUN = [sys.executable, *runner_args(("hydra/sweeper=race",), multirun=True)]
+
+
+def _stopped_race(args: list[str], cwd: Path, job: int, epoch: str) -> Path:
+    """A race started in ``cwd`` and stopped by SIGTERM once job ``#job`` logs ``epoch`` (e.g.
+    ``"epoch 1/3"``); it must end as a signal ends it (143). Returns its log."""
+    log = cwd / "race.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [*RUN, *args],
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=environment({"PYTHONUNBUFFERED": "1"}),
+        )
+    deadline = time.monotonic() + 240
+    while epoch not in log.read_text().partition(f"#{job} : ")[2]:
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
+    return log
 
 
 def test_a_race_stopped_by_sigterm_resumes_to_its_end(tmp_path, tracking_uri):
@@ -30,23 +53,8 @@ def test_a_race_stopped_by_sigterm_resumes_to_its_end(tmp_path, tracking_uri):
         *QUICK,
         f"tracking.uri={tracking_uri}",
     ]
-    log = tmp_path / "race.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            [*RUN, *args],
-            cwd=tmp_path,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=environment({"PYTHONUNBUFFERED": "1"}),
-        )
-    deadline = time.monotonic() + 240
     # Round 1 is jobs #0-#5; stop the first job of round 2 in its first epoch.
-    while "epoch 1/3" not in log.read_text().partition("#6 : ")[2]:
-        assert process.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.02)
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
+    log = _stopped_race(args, tmp_path, 6, "epoch 1/3")
     client, parent, before = sweep_runs(tracking_uri)
     assert parent.info.status == "KILLED"
     stopped = {c.info.run_id for c in before if c.info.status != "FINISHED"}
@@ -80,23 +88,8 @@ def test_a_race_stopped_between_a_seeds_heads_and_the_next_seeds_jobs_leaves_non
         *QUICK,
         f"tracking.uri={tracking_uri}",
     ]
-    log = tmp_path / "race.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            [*RUN, *args],
-            cwd=tmp_path,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=environment({"PYTHONUNBUFFERED": "1"}),
-        )
-    deadline = time.monotonic() + 240
     # The heads are jobs #0-#1, cRT #2 (seed 0) and #3 (seed 1): stop #3 in its first epoch.
-    while "epoch 1/12" not in log.read_text().partition("#3 : ")[2]:
-        assert process.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.02)
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 143, log.read_text()[-3000:]
+    _stopped_race(args, tmp_path, 3, "epoch 1/12")
     _, parent, children = sweep_runs(tracking_uri)
     assert parent.info.status == "KILLED"
     statuses = {
