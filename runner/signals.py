@@ -98,6 +98,10 @@ def held() -> Iterator[None]:
     if _held:
         signum = _held[0]
         _held.clear()
+        # Inside stop_on_signals its handler decides, as it would have: defer, or stop.
+        if previous.get(signal.Signals(signum)) is _handle:
+            _handle(signum, None)
+            return
         raise Interrupted(signum)
 
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlparse
 
 import mlflow
 import torch
@@ -80,6 +81,10 @@ class Tracker:
         self.experiment_id = run.info.experiment_id
         self.unsent: list[Row] = []  # metric rows not sent yet (:meth:`flush`)
         self.last_sent = time.monotonic()  # when rows were last sent (or the run opened)
+        # A database store (SQLite, PostgreSQL) written from this process: a signal that cut a
+        # write short would leave its transaction open, and the store locked for the writes
+        # that end the runs. Over HTTP the server's transaction is its own.
+        self.direct = urlparse(uri).scheme not in ("http", "https")
 
     @classmethod
     def start(
@@ -129,7 +134,10 @@ class Tracker:
         attempt = 0
         while True:
             try:
-                return action()
+                if not self.direct:
+                    return action()
+                with held():  # the write ends (MLflow's retries are bounded), then the signal
+                    return action()
             except Exception as error:
                 if attempt < conflicts and already_exists(error):
                     attempt += 1
