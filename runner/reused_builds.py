@@ -15,8 +15,8 @@ features. Meanwhile each seed's data (the images read, the long-tailed cut) and 
 the frozen backbone's features (the backbone built, its weights read and digested, the features
 looked up in the cache) are built once: reading the same files again a second later for the
 next candidate is what the stack would then throw away. Only the latest build of each kind is
-kept, so no other seed's copy is held. Outside a
-``reusing_builds()`` block, and for every block anew, everything is built.
+kept, so no other seed's copy is held. Outside a ``reusing_builds()`` block, and for every
+block anew, everything is built.
 
 Example:
     >>> import torch

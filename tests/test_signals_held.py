@@ -33,3 +33,14 @@ def test_elsewhere_a_held_signal_stops_when_the_block_ends():
                 with around(), held():
                     os.kill(os.getpid(), signal.SIGINT)
         assert not stopped.value.safe and stopped.value.signum == signal.SIGINT
+
+
+def test_a_signal_held_inside_a_held_block_waits_for_the_outer_one():
+    """A run's final writes (flush, then the status) hold signals around store calls that hold
+    them too: the status is still written before the signal stops anything."""
+    written = []
+    with pytest.raises(Interrupted), held():
+        with held():
+            os.kill(os.getpid(), signal.SIGTERM)
+        written.append("status")
+    assert written == ["status"]

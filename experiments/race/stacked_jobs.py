@@ -10,8 +10,9 @@ prepared runs train as stacked heads, one group per backbone and features
 (:func:`runner.train.stacked.fit_stacked`: equal to each trained alone, up to float32 summation
 order), and each run records its results and ends as it would alone
 (:func:`runner.app.train_recorded`). What builds to something else (a dataset with no
-augmentation to cache around, a cosine head) trains alone in this process; every other job goes to the configured launcher. Only with a launcher that runs jobs
-on this machine (:data:`LOCAL_LAUNCHERS`; :func:`stacks_here`).
+augmentation to cache around, a cosine head) trains alone in this process; every other job
+goes to the configured launcher. Only with a launcher that runs jobs on this machine
+(:data:`LOCAL_LAUNCHERS`; :func:`stacks_here`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from omegaconf import DictConfig, open_dict
 
 from experiments.race.driver import SEED
 from runner.reused_builds import reusing_builds
+from runner.sweeps.callback import BASIC_LAUNCHER
 
 log = logging.getLogger("runner")
 
@@ -35,7 +37,7 @@ log = logging.getLogger("runner")
 # Launchers that run the jobs on this machine: there the sweep's process may train them itself.
 # A remote launcher (Ray, Slurm) keeps every job, heads included, where it sends them.
 LOCAL_LAUNCHERS = (
-    "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
+    BASIC_LAUNCHER,
     "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
 )
 
@@ -110,7 +112,7 @@ class StackedLaunch:
         heads = [i for i, overrides in enumerate(batch) if self._is_head(overrides)]
         rest = [i for i in range(len(batch)) if i not in heads]
         returns: dict[int, JobReturn] = {}
-        here = str(self.config.hydra.launcher._target_) == LOCAL_LAUNCHERS[0]  # the basic one
+        here = str(self.config.hydra.launcher._target_) == BASIC_LAUNCHER
         if rest and not here:  # joblib's workers build their own: all at once, in parallel
             others = self.launcher.launch([batch[i] for i in rest], first + len(heads))
             returns.update(zip(rest, others, strict=True))

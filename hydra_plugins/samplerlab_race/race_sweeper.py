@@ -14,8 +14,9 @@ alone). A round's linear heads on cached features train at once, in this process
 **Lean children.** Every job gets ``tracking.log_model=false tracking.plots=false
 trainer.eval_every=0`` unless the command line sets them (:data:`LEAN`): a child keeps its
 metrics and checkpoint, is evaluated after its last epoch (the objective the race reads), and
-the advised candidate's model alone is logged, on the parent (:mod:`experiments.race.advised_model`). The rule is in
-:mod:`experiments.race.rule`, the rounds in :mod:`experiments.race.driver`.
+the advised candidate's model alone is logged, on the parent
+(:mod:`experiments.race.advised_model`). The rule is in :mod:`experiments.race.rule`, the rounds
+in :mod:`experiments.race.driver`.
 
 Imported by Hydra's plugin discovery on every start: it imports Hydra and
 :mod:`experiments.race.settings` (dataclasses alone), nothing heavy. No ``from __future__ import
