@@ -24,7 +24,7 @@ from runner.tracking import Bystander
 from runner.train.fit import fit
 from runner.train.losses import ClassWeightedLoss
 from runner.train.run import Progress, RunContext
-from runner.train.stacked import fit_stacked, stack_groups, why_not_stacked
+from runner.train.stacked import fit_stacked, stack_groups, step_optimizers, why_not_stacked
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.slow  # 30 runs built and trained in this process
@@ -166,3 +166,52 @@ def test_what_cannot_stack_says_why(tmp_path):
     assert "classifier stage" in str(why_not_stacked(crt))
     assert "cached features" in str(why_not_stacked(augmented))
     assert stack_groups([crt, augmented]) == []
+
+
+def _sgd_heads(
+    settings: list[dict], seed: int = 0
+) -> list[tuple[torch.nn.Linear, torch.optim.SGD]]:
+    torch.manual_seed(seed)
+    heads = []
+    for kwargs in settings:
+        head = torch.nn.Linear(16, 5)
+        heads.append((head, torch.optim.SGD(head.parameters(), **kwargs)))
+    return heads
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4},
+        {"lr": 0.05, "momentum": 0.9, "nesterov": True, "dampening": 0.0},
+        {"lr": 0.1},  # no momentum: no buffers
+        {"lr": 0.1, "momentum": 0.5, "dampening": 0.1, "maximize": True},
+    ],
+)
+def test_optimizers_stepped_together_step_as_each_alone_bit_for_bit(settings):
+    """Five heads, two of them with another learning rate, and an SGD that must step by its
+    own step() (two parameter groups), over six steps with fresh gradients: every weight and
+    momentum buffer equal to each optimizer's own step(), to the last bit."""
+    mixed = [settings, settings, {**settings, "lr": 0.3}, settings, {**settings, "lr": 0.3}]
+    alone, together = _sgd_heads(mixed), _sgd_heads(mixed)
+    for heads in (alone, together):
+        head = torch.nn.Linear(16, 5)
+        head.load_state_dict(heads[0][0].state_dict())
+        groups = [{"params": [head.weight]}, {"params": [head.bias], "lr": 0.01}]
+        heads.append((head, torch.optim.SGD(groups, **settings)))
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(6):
+        x = torch.randn(8, 16, generator=generator)
+        for heads in (alone, together):
+            for head, optimizer in heads:
+                optimizer.zero_grad()
+                head(x).square().mean().backward()
+        for _, optimizer in alone:
+            optimizer.step()
+        step_optimizers([optimizer for _, optimizer in together])
+    for (a, opt_a), (b, opt_b) in zip(alone, together, strict=True):
+        for p, q in zip(a.parameters(), b.parameters(), strict=True):
+            assert torch.equal(p, q)
+            assert set(opt_a.state[p]) == set(opt_b.state[q])
+            for key, value in opt_a.state[p].items():
+                assert torch.equal(value, opt_b.state[q][key])
