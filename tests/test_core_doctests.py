@@ -24,6 +24,7 @@ WITH_EXAMPLES = (
     "runner.train.refit",
     "runner.train.stacked",
     "runner.train.stages",
+    "runner.tracking.datasets",
 )
 
 

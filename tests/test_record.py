@@ -4,14 +4,18 @@ made (loadable, with the run's own predictions), and many classes as tables."""
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from pathlib import Path
 
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
+import runner.tracking.datasets as datasets
 from runner.build import build
-from runner.tracking.datasets import dataset_inputs
+from runner.tracking.datasets import dataset_inputs, digest_of
 from tests.conftest import compose_config
 from tests.helpers.cli import run_cli
 from tests.helpers.record import assert_record
@@ -64,6 +68,30 @@ def test_the_datasets_digests_follow_the_data_the_split_and_the_cut():
     assert split["val"] != base["val"] and split["train"] != base["train"]
     assert digests("data.data_seed=1")["test"] != base["test"]  # another held-out test split
     assert digests("data.num_workers=2") == base  # how it is fed is not what it is
+
+
+def test_a_split_hashed_a_moment_ago_is_not_read_again_and_nothing_else_is_taken_for_it(
+    monkeypatch,
+):
+    reads = []
+    real = datasets.tensor_bytes
+    monkeypatch.setattr(datasets, "tensor_bytes", lambda t: reads.append(1) or real(t))
+    monkeypatch.setattr(datasets, "_known", {})
+    x, y = torch.arange(12.0).reshape(6, 2), torch.tensor([0, 1, 1, 0, 1, 0])
+    first = digest_of(x, y)
+    assert reads == [1]
+    assert digest_of(x, y) == first and reads == [1]  # the same tensors: not read again
+    assert digest_of(x.clone(), y) == first and len(reads) == 2  # equal, but another object
+    assert digest_of(x, y.flip(0)) != first and len(reads) == 3  # other labels
+    hashed = weakref.ref(x)
+    del x
+    gc.collect()
+    assert hashed() is None  # what was hashed is let go: the memo does not hold it
+    ones = torch.ones(6, 2)
+    assert digest_of(ones, y) != first  # an object new, perhaps at the freed address
+    alive = [torch.randn(2, 2) for _ in range(datasets.RECENT + 3)]
+    assert len({digest_of(t, y) for t in alive}) == len(alive)
+    assert len(datasets._known) == datasets.RECENT  # the latest alone
 
 
 def test_a_data_folder_is_mlflows_local_source_without_its_duplicate_warning(tmp_path):
