@@ -22,7 +22,7 @@ WITH_EXAMPLES = (
     "runner.train.features",
     "runner.train.recorder",
     "runner.train.refit",
-    "runner.train.stacked",
+    "runner.train.optimizer_steps",
     "runner.train.stages",
     "runner.tracking.datasets",
 )

@@ -22,9 +22,16 @@ import torch
 from runner.build import build_parts
 from runner.tracking import Bystander
 from runner.train.fit import fit
-from runner.train.losses import ClassWeightedLoss
+from runner.train.losses import ClassWeightedLoss, LogitAdjustedLoss
+from runner.train.optimizer_steps import step_optimizers
 from runner.train.run import Progress, RunContext
-from runner.train.stacked import fit_stacked, stack_groups, step_optimizers, why_not_stacked
+from runner.train.stacked import (
+    _Head,
+    _plain_losses,
+    fit_stacked,
+    stack_groups,
+    why_not_stacked,
+)
 from tests.conftest import compose_config
 
 pytestmark = pytest.mark.slow  # 30 runs built and trained in this process
@@ -215,3 +222,48 @@ def test_optimizers_stepped_together_step_as_each_alone_bit_for_bit(settings):
             assert set(opt_a.state[p]) == set(opt_b.state[q])
             for key, value in opt_a.state[p].items():
                 assert torch.equal(value, opt_b.state[q][key])
+
+
+def test_a_loss_is_plain_cross_entropy_only_while_it_computes_nothing_else():
+    counts = torch.tensor([50, 20, 5])
+    plain = ClassWeightedLoss(counts, None, epochs=10, weights=None)
+    drw = ClassWeightedLoss(counts, None, epochs=10, weights="inverse", defer_fraction=0.8)
+    assert plain.plain_at(0) and plain.plain_at(9)
+    assert drw.plain_at(7) and not drw.plain_at(8)  # the class weights from epoch 8
+    assert not ClassWeightedLoss(counts, None, epochs=10, weights="inverse").plain_at(0)
+    assert not ClassWeightedLoss(counts, None, epochs=10, weights=None, gamma=1.0).plain_at(0)
+    assert not LogitAdjustedLoss(counts, None, epochs=10).plain_at(0)  # it adjusts
+    assert not InPlaceLoss(counts, None, epochs=10, weights=None).plain_at(0)  # its own forward
+
+
+def test_plain_heads_losses_and_gradients_are_each_heads_own_bit_for_bit():
+    """Five heads, three of them plain cross-entropy: one call for the three gives each row's
+    loss and each logit's gradient exactly as each head's own loss gives them."""
+    counts = torch.tensor([50, 20, 5, 5])
+    losses = [
+        ClassWeightedLoss(counts, None, epochs=4, weights=None),
+        ClassWeightedLoss(counts, None, epochs=4, weights="inverse"),
+        ClassWeightedLoss(counts, None, epochs=4, weights=None),
+        LogitAdjustedLoss(counts, None, epochs=4),
+        ClassWeightedLoss(counts, None, epochs=4, weights=None),
+    ]
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 16, 4, generator=generator) * 3
+    targets = torch.randint(0, 4, (5, 16), generator=generator)
+    heads = [
+        _Head(None, loss, torch.arange(32), torch.zeros(32), torch.zeros(()))  # type: ignore[arg-type]
+        for loss in losses
+    ]
+    together = logits.clone().requires_grad_(True)
+    _plain_losses(heads, together, targets, epoch=0, start=16).backward()
+    assert together.grad is not None
+    for h, (head, loss_fn) in enumerate(zip(heads, losses, strict=True)):
+        alone = logits[h].clone().requires_grad_(True)
+        weighted, ce = loss_fn(alone, targets[h], 0)
+        weighted.mean().backward()
+        if loss_fn.plain_at(0):
+            assert torch.equal(together.grad[h], alone.grad)
+            assert torch.equal(head.losses[16:], ce.detach())
+            assert head.loss_sum == pytest.approx(float(weighted.detach().mean()) * 16, rel=1e-6)
+        else:  # left to its own loss: untouched here
+            assert not together.grad[h].any() and not head.losses.any() and head.loss_sum == 0

@@ -137,6 +137,17 @@ class ClassWeightedLoss(nn.Module):
         """The logits the loss's cross-entropy is computed on (here: unchanged)."""
         return logits
 
+    def plain_at(self, epoch: int) -> bool:
+        """Whether at ``epoch`` this loss is the plain per-sample cross-entropy of the logits
+        (no adjustment, no focal term, no class weights yet), which heads trained together
+        compute for many heads in one call (:mod:`runner.train.stacked`)."""
+        cls = type(self)
+        own = (cls.forward, cls.terms, cls.adjust)
+        if own != (ClassWeightedLoss.forward, ClassWeightedLoss.terms, ClassWeightedLoss.adjust):
+            return False
+        weighted = self.class_weights is not None and epoch >= self.weights_from_epoch
+        return self.gamma == 0 and not weighted
+
     def terms(self, logits: torch.Tensor, targets: torch.Tensor, ce: torch.Tensor) -> torch.Tensor:
         """Unweighted per-sample loss; ``ce`` is the cross-entropy of the raw ``logits``."""
         adjusted = self.adjust(logits, targets)

@@ -1,9 +1,11 @@
 """Many linear heads on the same cached features trained at once: each batch, every head's
 rows are gathered by its own sampler's indices into one ``(H, B, D)`` tensor and its logits come
 from one batched matmul, its weights' gradients from another; every head keeps its own loss
-(class weights, epoch schedule), its own optimizer, learning-rate schedule and sampler, stepped
-exactly as :func:`runner.train.fit.train_epoch` steps them (the optimizers of equal settings in
-one call, :func:`step_optimizers`), and its own record (:class:`runner.train.fit.Epochs`).
+(class weights, epoch schedule; the heads whose loss is plain cross-entropy that epoch in one
+call), its own optimizer, learning-rate schedule and sampler, stepped exactly as
+:func:`runner.train.fit.train_epoch` steps them (those of equal settings in one call,
+:func:`runner.train.optimizer_steps.step_optimizers`), and its own record
+(:class:`runner.train.fit.Epochs`).
 
 The results equal training each head alone up to float32 summation order: a batched matmul
 adds a row's ``D`` products in another order than a single one (tests/test_stacked.py states
@@ -13,15 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 from torch import nn
-from torch.optim.sgd import sgd
+from torch.nn import functional as F
 
 from runner.data import LongTailData
 from runner.signals import raise_if_stopped, stop_on_signals
 from runner.train.fit import Diverged, EpochResult, Epochs
+from runner.train.losses import ClassWeightedLoss
+from runner.train.optimizer_steps import step_optimizers
 from runner.train.run import Parts, RunContext, flush
 from runner.train.state import TrainState, autocast, batches_per_epoch, total_epochs
 
@@ -190,12 +193,17 @@ def train_epoch_stacked(
             logits = torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
         # Autograd goes back to the logits alone; the heads' gradients are one product below.
         logits.requires_grad_(True)
-        total = logits.new_zeros(())
+        targets = y.index_select(0, idx.reshape(-1)).view_as(idx)
+        total = _plain_losses(active, logits, targets, epoch, start)
         # Unbound, not indexed: each head's gradient lands in its own slice of one tensor
         # (indexing would give each a zero-filled gradient of the whole stack to add up).
-        for h, (head, head_logits) in enumerate(zip(active, logits.unbind(0), strict=True)):
+        for head, head_logits, head_targets in zip(
+            active, logits.unbind(0), targets.unbind(0), strict=True
+        ):
+            if _plain(head, epoch):
+                continue
             # A copy: a loss may change its logits in place, as alone.
-            weighted, ce = head.loss_fn(head_logits.clone(), y.index_select(0, idx[h]), epoch)
+            weighted, ce = head.loss_fn(head_logits.clone(), head_targets, epoch)
             loss = weighted.mean()
             total = total + loss
             head.losses[start : start + idx.shape[1]] = ce.detach()
@@ -220,6 +228,38 @@ def train_epoch_stacked(
     return [_finish(head) for head in heads]
 
 
+def _plain_losses(
+    heads: Sequence[_Head], logits: torch.Tensor, targets: torch.Tensor, epoch: int, start: int
+) -> torch.Tensor:
+    """The batch loss of the heads whose loss is plain cross-entropy at ``epoch``
+    (:meth:`runner.train.losses.ClassWeightedLoss.plain_at`), summed, from one cross-entropy
+    over all their rows; each head's per-sample losses and loss sum noted as its own loss
+    would note them. Each row's value and gradient is the one its head's own call gives (rows
+    are independent; each head's mean adds ``1 / B`` of each row's gradient as alone); a
+    head's mean over its rows may differ from its own call in the last bits of the loss it
+    records. Zero (a tensor) when there are none."""
+    plain = [h for h, head in enumerate(heads) if _plain(head, epoch)]
+    if not plain:
+        return logits.new_zeros(())
+    if len(plain) < len(heads):
+        chosen = torch.tensor(plain, device=logits.device)
+        logits, targets = logits.index_select(0, chosen), targets.index_select(0, chosen)
+    rows = targets.shape[1]
+    ce = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(
+        targets
+    )
+    means = ce.mean(1)
+    noted_ce, noted_means = ce.detach(), means.detach() * rows
+    for j, h in enumerate(plain):
+        heads[h].losses[start : start + rows] = noted_ce[j]
+        heads[h].loss_sum += noted_means[j]
+    return means.sum()
+
+
+def _plain(head: _Head, epoch: int) -> bool:
+    return isinstance(head.loss_fn, ClassWeightedLoss) and head.loss_fn.plain_at(epoch)
+
+
 def _set_gradients(
     heads: Sequence[_Head], logits: torch.Tensor, rows: torch.Tensor, device: torch.device
 ) -> None:
@@ -236,75 +276,6 @@ def _set_gradients(
     for head, weight, bias in zip(heads, weights, biases, strict=True):
         head.linear.weight.grad = weight.to(head.linear.weight.dtype)
         head.linear.bias.grad = bias.to(head.linear.bias.dtype)
-
-
-def step_optimizers(optimizers: Sequence[torch.optim.Optimizer], alone: bool = False) -> None:
-    """Every optimizer's step, as its own ``optimizer.step()`` would take it. Those that are a
-    plain SGD with one parameter group of equal settings (learning rate included) take one call
-    of torch's functional :func:`torch.optim.sgd.sgd`, the function ``SGD.step`` calls for each
-    group, on all their parameters at once, in its multi-tensor form (SGD's default on a GPU):
-    the same arithmetic on each parameter, on the CPU the same results bit for bit
-    (tests/test_stacked.py), without a step's fixed cost per optimizer, which was a third of an
-    epoch of 30 heads. ``alone``: each its own ``step()``.
-
-    Example::
-
-        >>> heads = [torch.nn.Linear(4, 2) for _ in range(3)]
-        >>> optimizers = [torch.optim.SGD(h.parameters(), lr=0.1, momentum=0.9) for h in heads]
-        >>> for head in heads:
-        ...     head(torch.ones(1, 4)).sum().backward()
-        >>> step_optimizers(optimizers)
-        >>> sorted(len(o.state) for o in optimizers)  # each keeps its momentum buffers
-        [2, 2, 2]
-    """
-    together: dict[tuple[object, ...], list[torch.optim.Optimizer]] = {}
-    for optimizer in optimizers:
-        key = None if alone else _sgd_settings(optimizer)
-        if key is None:
-            optimizer.step()
-        else:
-            together.setdefault(key, []).append(optimizer)
-    for same in together.values():
-        group = same[0].param_groups[0]
-        owned = [
-            (opt, p) for opt in same for p in opt.param_groups[0]["params"] if p.grad is not None
-        ]
-        params = [p for _, p in owned]
-        momentum = group["momentum"] != 0
-        buffers = [opt.state[p].get("momentum_buffer") for opt, p in owned] if momentum else []
-        with torch.no_grad():
-            sgd(
-                params,
-                [cast(torch.Tensor, p.grad) for p in params],
-                buffers,
-                weight_decay=group["weight_decay"],
-                momentum=group["momentum"],
-                lr=group["lr"],
-                dampening=group["dampening"],
-                nesterov=group["nesterov"],
-                maximize=group["maximize"],
-                has_sparse_grad=False,
-                foreach=group["foreach"] is not False,
-            )
-        if momentum:  # the buffers, new or updated, where SGD.step keeps them
-            for (opt, p), buffer in zip(owned, buffers, strict=True):
-                opt.state[p]["momentum_buffer"] = buffer
-
-
-def _sgd_settings(optimizer: torch.optim.Optimizer) -> tuple[object, ...] | None:
-    """What must be equal for two optimizers to step as one: a plain SGD's single group's
-    settings; None for anything else (it steps alone)."""
-    if type(optimizer) is not torch.optim.SGD or len(optimizer.param_groups) != 1:
-        return None
-    group = optimizer.param_groups[0]
-    settings = tuple(sorted((k, v) for k, v in group.items() if k not in ("params", "initial_lr")))
-    if any(isinstance(v, torch.Tensor) for _, v in settings):
-        return None  # a tensor learning rate: SGD.step's own path
-    if group["fused"] or group["differentiable"]:
-        return None
-    if any(p.grad is not None and p.grad.is_sparse for p in group["params"]):
-        return None
-    return settings
 
 
 def _finish(head: _Head) -> EpochResult | Diverged:
