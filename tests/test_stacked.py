@@ -267,3 +267,37 @@ def test_plain_heads_losses_and_gradients_are_each_heads_own_bit_for_bit():
             assert head.loss_sum == pytest.approx(float(weighted.detach().mean()) * 16, rel=1e-6)
         else:  # left to its own loss: untouched here
             assert not together.grad[h].any() and not head.losses.any() and head.loss_sum == 0
+
+
+def test_optimizers_built_from_names_or_sharing_a_parameter_step_as_each_alone():
+    """An SGD built from named parameters (its group lists their names) steps with the others;
+    two optimizers that share a parameter step one after the other, the second seeing the
+    first's update, as their own steps would."""
+    for share in (False, True):
+        runs = []
+        for _ in range(2):
+            torch.manual_seed(0)
+            a, b = torch.nn.Linear(6, 3), torch.nn.Linear(6, 3)
+            shared = [a.weight] if share else []
+            optimizers = [
+                torch.optim.SGD(a.named_parameters(), lr=0.1, momentum=0.9, weight_decay=0.5),
+                torch.optim.SGD(
+                    [b.weight, b.bias, *shared], lr=0.1, momentum=0.9, weight_decay=0.5
+                ),
+            ]
+            runs.append((a, b, optimizers))
+        for step in range(3):
+            x = torch.randn(4, 6, generator=torch.Generator().manual_seed(step))
+            for a, b, optimizers in runs:
+                for optimizer in optimizers:
+                    optimizer.zero_grad()
+                (a(x).square().sum() + b(x).square().sum()).backward()
+            for optimizer in runs[0][2]:
+                optimizer.step()
+            step_optimizers(runs[1][2])
+        for p, q in zip(
+            [*runs[0][0].parameters(), *runs[0][1].parameters()],
+            [*runs[1][0].parameters(), *runs[1][1].parameters()],
+            strict=True,
+        ):
+            assert torch.equal(p, q), share

@@ -11,13 +11,15 @@ from torch.optim.sgd import sgd
 
 
 def step_optimizers(optimizers: Sequence[torch.optim.Optimizer], alone: bool = False) -> None:
-    """Every optimizer's step, as its own ``optimizer.step()`` would take it. Those that are a
-    plain SGD with one parameter group of equal settings (learning rate included) take one call
-    of torch's functional :func:`torch.optim.sgd.sgd`, the function ``SGD.step`` calls for each
-    group, on all their parameters at once, in its multi-tensor form (SGD's default on a GPU):
-    the same arithmetic on each parameter, on the CPU the same results bit for bit
-    (tests/test_stacked.py), without a step's fixed cost per optimizer, which was a third of an
-    epoch of 30 heads. ``alone``: each its own ``step()``.
+    """Every optimizer's step: the weights and momentum buffers its own ``optimizer.step()``
+    would leave. Those that are a plain SGD with one parameter group of equal settings
+    (learning rate included) take one call of torch's functional :func:`torch.optim.sgd.sgd`,
+    the function ``SGD.step`` calls for each group, on all their parameters at once, in its
+    multi-tensor form (SGD's default on a GPU): the same arithmetic on each parameter, on the
+    CPU the same weights and buffers bit for bit (tests/test_stacked.py), without a step's fixed
+    cost per optimizer, which was a third of an epoch of 30 heads. (With Nesterov momentum the
+    multi-tensor form leaves each ``.grad`` changed, as it does on a GPU.) Optimizers that share
+    a parameter, and ``alone=True``, step one after the other, each by its own ``step()``.
 
     Example::
 
@@ -29,6 +31,8 @@ def step_optimizers(optimizers: Sequence[torch.optim.Optimizer], alone: bool = F
         >>> sorted(len(o.state) for o in optimizers)  # each keeps its momentum buffers
         [2, 2, 2]
     """
+    params = [id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]]
+    alone = alone or len(set(params)) < len(params)  # one step would see another's update
     together: dict[tuple[object, ...], list[torch.optim.Optimizer]] = {}
     for optimizer in optimizers:
         key = None if alone else _sgd_settings(optimizer)
@@ -41,13 +45,13 @@ def step_optimizers(optimizers: Sequence[torch.optim.Optimizer], alone: bool = F
         owned = [
             (opt, p) for opt in same for p in opt.param_groups[0]["params"] if p.grad is not None
         ]
-        params = [p for _, p in owned]
+        with_grad = [p for _, p in owned]
         momentum = group["momentum"] != 0
         buffers = [opt.state[p].get("momentum_buffer") for opt, p in owned] if momentum else []
         with torch.no_grad():
             sgd(
-                params,
-                [cast(torch.Tensor, p.grad) for p in params],
+                with_grad,
+                [cast(torch.Tensor, p.grad) for p in with_grad],
                 buffers,
                 weight_decay=group["weight_decay"],
                 momentum=group["momentum"],
@@ -69,9 +73,15 @@ def _sgd_settings(optimizer: torch.optim.Optimizer) -> tuple[object, ...] | None
     if type(optimizer) is not torch.optim.SGD or len(optimizer.param_groups) != 1:
         return None
     group = optimizer.param_groups[0]
-    settings = tuple(sorted((k, v) for k, v in group.items() if k not in ("params", "initial_lr")))
+    # What SGD.step does not read: the scheduler's initial_lr, the parameters and their names.
+    unread = ("params", "initial_lr", "param_names")
+    settings = tuple(sorted((k, v) for k, v in group.items() if k not in unread))
     if any(isinstance(v, torch.Tensor) for _, v in settings):
         return None  # a tensor learning rate: SGD.step's own path
+    try:
+        hash(settings)
+    except TypeError:  # a setting torch does not know of, a list, say: not compared here
+        return None
     if group["fused"] or group["differentiable"]:
         return None
     if any(p.grad is not None and p.grad.is_sparse for p in group["params"]):
