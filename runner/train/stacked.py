@@ -13,6 +13,7 @@ and derives the tolerance). What cannot stack trains alone (:func:`why_not_stack
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -242,7 +243,7 @@ def _plain_losses(
     if not plain:
         return logits.new_zeros(())
     if len(plain) < len(heads):
-        chosen = torch.tensor(plain, device=logits.device)
+        chosen = _index(tuple(plain), logits.device)
         logits, targets = logits.index_select(0, chosen), targets.index_select(0, chosen)
     rows = targets.shape[1]
     ce = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(
@@ -254,6 +255,13 @@ def _plain_losses(
         heads[h].losses[start : start + rows] = noted_ce[j]
         heads[h].loss_sum += noted_means[j]
     return means.sum()
+
+
+@functools.lru_cache(maxsize=64)
+def _index(rows: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """``rows`` as an index tensor on ``device``, made once: the same heads are plain batch
+    after batch, and on a GPU each new index is a copy the host waits for."""
+    return torch.tensor(rows, device=device)
 
 
 def _plain(head: _Head, epoch: int) -> bool:
