@@ -251,11 +251,11 @@ def test_plain_heads_losses_and_gradients_are_each_heads_own_bit_for_bit():
     logits = torch.randn(5, 16, 4, generator=generator) * 3
     targets = torch.randint(0, 4, (5, 16), generator=generator)
     heads = [
-        _Head(None, loss, torch.arange(32), torch.zeros(32), torch.zeros(()))  # type: ignore[arg-type]
+        _Head(None, loss, torch.arange(32), torch.zeros(32), torch.zeros(()), loss.plain_at(0))  # type: ignore[arg-type]
         for loss in losses
     ]
     together = logits.clone().requires_grad_(True)
-    _plain_losses(heads, together, targets, epoch=0, start=16).backward()
+    _plain_losses(heads, together, targets, start=16).backward()
     assert together.grad is not None
     for h, (head, loss_fn) in enumerate(zip(heads, losses, strict=True)):
         alone = logits[h].clone().requires_grad_(True)

@@ -35,8 +35,8 @@ LOCAL_TWICE = (
 # is not held here, and an object new at a freed address is not taken for it. The runner only
 # reads a split's tensors after it builds them, never changing them in place.
 RECENT = 8
-_known: dict[tuple[int, int], tuple[weakref.ref[torch.Tensor], weakref.ref[torch.Tensor], str]]
-_known = {}
+_Memo = tuple[weakref.ref[torch.Tensor], weakref.ref[torch.Tensor], str]
+_known: dict[tuple[int, int], _Memo] = {}
 
 
 def digest_of(samples: Any, labels: torch.Tensor) -> str:

@@ -146,6 +146,7 @@ class _Head:
     order: torch.Tensor  # (N,) the sampler's indices, as trained
     losses: torch.Tensor  # (N,) unweighted per-sample losses
     loss_sum: torch.Tensor
+    plain: bool  # its loss is plain cross-entropy this epoch (ClassWeightedLoss.plain_at)
     diverged: Diverged | None = None
 
     @property
@@ -166,7 +167,9 @@ def _start(run: RunContext, batch_size: int) -> _Head:
     state.model.train(state.train_mode)
     device = run.parts.device
     zeros = torch.zeros(order.numel(), device=device)
-    return _Head(state, run.parts.loss_fn, order.to(device), zeros, torch.zeros((), device=device))
+    loss_fn = run.parts.loss_fn
+    plain = isinstance(loss_fn, ClassWeightedLoss) and loss_fn.plain_at(state.epoch)
+    return _Head(state, loss_fn, order.to(device), zeros, torch.zeros((), device=device), plain)
 
 
 def train_epoch_stacked(
@@ -195,13 +198,13 @@ def train_epoch_stacked(
         # Autograd goes back to the logits alone; the heads' gradients are one product below.
         logits.requires_grad_(True)
         targets = y.index_select(0, idx.reshape(-1)).view_as(idx)
-        total = _plain_losses(active, logits, targets, epoch, start)
+        total = _plain_losses(active, logits, targets, start)
         # Unbound, not indexed: each head's gradient lands in its own slice of one tensor
         # (indexing would give each a zero-filled gradient of the whole stack to add up).
         for head, head_logits, head_targets in zip(
             active, logits.unbind(0), targets.unbind(0), strict=True
         ):
-            if _plain(head, epoch):
+            if head.plain:
                 continue
             # A copy: a loss may change its logits in place, as alone.
             weighted, ce = head.loss_fn(head_logits.clone(), head_targets, epoch)
@@ -230,16 +233,16 @@ def train_epoch_stacked(
 
 
 def _plain_losses(
-    heads: Sequence[_Head], logits: torch.Tensor, targets: torch.Tensor, epoch: int, start: int
+    heads: Sequence[_Head], logits: torch.Tensor, targets: torch.Tensor, start: int
 ) -> torch.Tensor:
-    """The batch loss of the heads whose loss is plain cross-entropy at ``epoch``
-    (:meth:`runner.train.losses.ClassWeightedLoss.plain_at`), summed, from one cross-entropy
+    """The batch loss of the heads whose loss is plain cross-entropy this epoch
+    (:attr:`_Head.plain`), summed, from one cross-entropy
     over all their rows; each head's per-sample losses and loss sum noted as its own loss
     would note them. Each row's value and gradient is the one its head's own call gives (rows
     are independent; each head's mean adds ``1 / B`` of each row's gradient as alone); a
     head's mean over its rows may differ from its own call in the last bits of the loss it
     records. Zero (a tensor) when there are none."""
-    plain = [h for h, head in enumerate(heads) if _plain(head, epoch)]
+    plain = [h for h, head in enumerate(heads) if head.plain]
     if not plain:
         return logits.new_zeros(())
     if len(plain) < len(heads):
@@ -262,10 +265,6 @@ def _index(rows: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """``rows`` as an index tensor on ``device``, made once: the same heads are plain batch
     after batch, and on a GPU each new index is a copy the host waits for."""
     return torch.tensor(rows, device=device)
-
-
-def _plain(head: _Head, epoch: int) -> bool:
-    return isinstance(head.loss_fn, ClassWeightedLoss) and head.loss_fn.plain_at(epoch)
 
 
 def _set_gradients(
