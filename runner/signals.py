@@ -84,8 +84,10 @@ def _hold(signum: int, frame: object) -> None:
 @contextmanager
 def held() -> Iterator[None]:
     """Hold SIGINT/SIGTERM while the block runs, e.g. a run's final status write, which a signal
-    must not cut short (torchrun sends one to every other rank when a rank fails); a signal
-    held is raised as :class:`Interrupted` when the block ends."""
+    must not cut short (torchrun sends one to every other rank when a rank fails). A signal
+    held is acted on when the block ends: left to an enclosing ``held()`` block, handed to
+    :func:`stop_on_signals`' handler where that was in place (it defers or stops), else raised
+    as :class:`Interrupted`."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
