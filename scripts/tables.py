@@ -84,7 +84,7 @@ def features_bench_table(folder: Path) -> str:
             [
                 f"{bench['backbone']}, {name}, frozen, {setting['size']} px",
                 f"{features['samples']:,} x {features['dim']} in {features['seconds']:.0f} s",
-                f"{setting['head_run_seconds']:.1f} s ({race['child_seconds_median']:.1f} s in the race)",
+                f"{setting['head_run_seconds']:.1f} s ({race['seconds'] / race['runs']:.1f} s a run in the race)",
                 f"{race['runs']} runs, {race['seconds'] / 60:.1f} min",
                 race["advised"],
                 f"{race['validation']:.3f}",
@@ -112,7 +112,12 @@ def features_bench_table(folder: Path) -> str:
         "val bal. acc",
         "test bal. acc (advised)",
     ]
-    return markdown_table(header, rows)
+    stops = [
+        f"{name}: the race stopped after {len(s['race']['record']['rounds'])} round(s) "
+        f"({s['race']['stop_reason']}), {', '.join(s['race']['survivors'])} left in it."
+        for name, s in bench["settings"].items()
+    ]
+    return markdown_table(header, rows) + "\n" + " ".join(stops) + "\n"
 
 
 BASELINES = {  # scripts.baselines' rows, as the table names them
