@@ -57,6 +57,21 @@ def test_replays_of_other_inputs_or_settings_are_refused(tmp_path):
         race_replays.stored_replays(results, "defaults, budget")
 
 
+def test_the_features_table_shows_a_races_seconds_a_run_and_how_it_stopped(tmp_path):
+    """Stacked heads each last as long as their round, so the table shows the race's wall time
+    over its runs, and under it a line per setting: the rounds, why it stopped, who was left."""
+    results = tmp_path / "results"
+    shutil.copytree(tables.RESULTS, results)
+    bench = json.loads((results / "features_bench.json").read_text())
+    race = bench["settings"]["pretrained"]["race"]
+    race.update(seconds=120.0, runs=48, survivors=["a", "b"], stop_reason="budget spent")
+    race["record"]["rounds"] = race["record"]["rounds"][:1]
+    (results / "features_bench.json").write_text(json.dumps(bench))
+    text = tables.features_bench_table(results)
+    assert "(2.5 s a run in the race) | 48 runs, 2.0 min |" in text
+    assert "pretrained: the race stopped after 1 round(s) (budget spent), a, b left in it." in text
+
+
 def test_tables_are_written_between_their_markers_only(tmp_path):
     (tmp_path / "docs").mkdir()
     results = tmp_path / "results"
