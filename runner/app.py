@@ -33,6 +33,7 @@ from runner.tracking.stores import StoreLost, bound_http_retries, prepare_store,
 from runner.train.fit import Diverged, fit
 from runner.train.recorder import Recorder
 from runner.train.run import Progress, RunContext, flush
+from runner.train.state import total_epochs
 
 log = logging.getLogger("runner")
 
@@ -166,9 +167,11 @@ def _train_recorded(prepared: Prepared, train: Train | None) -> dict[str, float]
         if stop.safe:
             run.save_checkpoint()
         recorder.finish("KILLED")
+        # The epoch under way; after the last one trained, that one (its evaluation or refit).
+        stopped_in = min(parts.state.epoch + 1, total_epochs(parts.trainer))
         if is_main():  # under torchrun, one line for the whole run
             print(
-                f"samplerlab: stopped by {stop.signal_name} at epoch {parts.state.epoch + 1}; "
+                f"samplerlab: stopped by {stop.signal_name} at epoch {stopped_in}; "
                 f"run {recorder.run_id} is KILLED; continue it with: {_again(cfg, recorder)}",
                 file=sys.stderr,
                 flush=True,

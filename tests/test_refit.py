@@ -334,3 +334,83 @@ def test_a_refit_with_anything_of_its_key_changed_fits_again(change, monkeypatch
     }[change]
     refit_into(**{**args, **changed})
     assert len(fitted) == 4
+
+
+@pytest.mark.unit
+def test_a_signal_during_the_refit_stops_it_at_the_next_fit_step_not_after_the_grid():
+    """A refit runs after the last epoch, where the loop holds signals until its next safe
+    point; a grid of fits on big features takes minutes, so a signal held meanwhile stops it
+    at the next L-BFGS step (not safe: no checkpoint of a half-changed classifier). A real
+    SIGTERM to this process, sent once the first C is fitted: only that C's taus are tried."""
+    import os
+    import signal
+
+    from runner.signals import Interrupted, stop_on_signals
+
+    rng = np.random.default_rng(4)
+    x, y = _blobs(rng, [60, 20, 8], 5, 1.5)
+    val_x, val_y = _blobs(rng, [10, 10, 10], 5, 1.5)
+    prior = torch.bincount(y).double() / len(y)
+    classifier = torch.nn.Linear(5, 3)
+    tried = []
+
+    def predict() -> np.ndarray:
+        if not tried:
+            os.kill(os.getpid(), signal.SIGTERM)
+        tried.append(1)
+        return classifier(val_x).argmax(1).numpy()
+
+    with pytest.raises(Interrupted) as stopped, stop_on_signals(deferred=True), torch.no_grad():
+        choose_refit(classifier, (x, y), prior, predict, val_y.numpy())
+    assert stopped.value.signum == signal.SIGTERM and not stopped.value.safe
+    assert len(tried) == len(TAU_GRID)  # the first C's; the second C's fit stopped at once
+
+
+@pytest.mark.slow  # three real runs of three digits epochs, in this process
+def test_a_run_stopped_during_its_refit_resumes_and_refits_to_the_uninterrupted_result(
+    monkeypatch, tracking_uri, capsys
+):
+    """A real SIGTERM while the second C is fitted: the run ends KILLED at once; resumed, it
+    trains from its last checkpoint, refits, and records what the run never stopped records."""
+    import os
+    import signal
+
+    from runner.app import run
+    from runner.signals import Interrupted
+    from runner.train import refit
+
+    overrides = [
+        "+method=logistic_la",
+        "data=digits_lt",
+        "data.val_per_class=20",
+        "trainer.epochs=3",
+        "trainer.progress=false",
+        "trainer.threads=1",
+        "tracking.plots=false",
+        "tracking.log_model=false",
+        f"tracking.uri={tracking_uri}",
+    ]
+    whole = run(compose_config(overrides))
+    refit._refits.clear()  # the same contents: the next run would take this refit, not fit
+    fits = []
+
+    def stopped_at_the_second(*args, **kwargs):
+        fits.append(args[3])
+        if len(fits) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return fit_logistic(*args, **kwargs)
+
+    monkeypatch.setattr(refit, "fit_logistic", stopped_at_the_second)
+    with pytest.raises(Interrupted) as stopped:
+        run(compose_config(overrides))
+    assert not stopped.value.safe and len(fits) == 2
+    assert "stopped by SIGTERM at epoch 3;" in capsys.readouterr().err  # the last, not a 4th
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("samplerlab").experiment_id
+    (killed,) = client.search_runs([experiment], "attributes.status = 'KILLED'")
+    assert "final/balanced_accuracy" not in killed.data.metrics
+    resumed = run(compose_config([*overrides, f"resume={killed.info.run_id}"]))
+    assert len(fits) == 2 + len(C_GRID)  # the whole grid again
+    finished = client.get_run(killed.info.run_id)
+    assert finished.info.status == "FINISHED" and "final/balanced_accuracy" in finished.data.metrics
+    assert resumed == whole

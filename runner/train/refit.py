@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runner.signals import stop_if_signalled
 from runner.train.decoupled import TAU_GRID, adjusted_bias, cross_fit_table
 from runner.train.feature_bank import tensor_bytes
 
@@ -88,7 +89,8 @@ def fit_logistic(
     """The weights (K x D) and bias (K) of the multinomial logistic regression of ``labels`` on
     ``features`` with inverse regularisation ``c`` (see the module's docstring), in float64 on
     the features' device; ``start`` warm-starts L-BFGS, which stops when no gradient entry
-    exceeds ``tolerance`` (or after :data:`MAX_ITERATIONS` steps).
+    exceeds ``tolerance`` (or after :data:`MAX_ITERATIONS` steps). A SIGINT or SIGTERM held
+    meanwhile stops it at once (:func:`runner.signals.stop_if_signalled`).
 
     Example:
         >>> x = torch.tensor([[0.0], [1.0], [2.0], [3.0]])
@@ -116,6 +118,7 @@ def fit_logistic(
     )
 
     def objective() -> torch.Tensor:
+        stop_if_signalled()  # a fit takes up to seconds, a grid of them minutes on big features
         optimizer.zero_grad()
         losses = F.cross_entropy(x @ weight.T + bias, labels.to(x.device), reduction="none")
         loss = (weights * losses).sum() / n + weight.square().sum() / (2 * c * n)
