@@ -21,7 +21,7 @@ from runner.checks import check_objective
 from runner.distributed import backend, command, from_main, is_main
 from runner.errors import EnvironmentFailure, UserError
 from runner.explain import explain, is_user_error
-from runner.job import active_sweeper, checkpoint_path, choices
+from runner.job import active_sweeper, checkpoint_path, choices, discard_if_temporary
 from runner.results import RESULT_PREFIXES, record_results, summary_text
 from runner.resume import resume_target, saved_checkpoint, without_client
 from runner.signals import Interrupted, stop_on_signals
@@ -192,6 +192,8 @@ def _train_recorded(prepared: Prepared, train: Train | None) -> dict[str, float]
         recorder.finish("FAILED")
         raise
     recorder.finish("FINISHED")
+    if is_main():
+        discard_if_temporary(run.path)
     print(summary_text(run, time.perf_counter() - started), flush=True)
     return results
 

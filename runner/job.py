@@ -4,6 +4,7 @@ composed config, a test) each has a plain answer."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -30,6 +31,20 @@ def choices(cfg: DictConfig) -> tuple[dict[str, str], list[str]]:
     }, []
 
 
+def temporary_checkpoints() -> Path:
+    """Where runs outside a Hydra app checkpoint: a folder per run in the temporary folder."""
+    return Path(tempfile.gettempdir()) / "samplerlab-checkpoints"
+
+
+def discard_if_temporary(path: Path) -> None:
+    """Remove ``path``'s run folder if it is one of :func:`temporary_checkpoints`: a finished
+    run's checkpoint is its MLflow artifact (which ``resume=`` reads when the file is gone), and
+    nobody else would ever clean the temporary folder of one file per run. A checkpoint beside
+    Hydra's output stays with that output."""
+    if path.parent.parent == temporary_checkpoints():
+        shutil.rmtree(path.parent, ignore_errors=True)
+
+
 def checkpoint_path(run_id: str, before: str | None = None) -> Path:
     """Where the run checkpoints: for a resumed run, the file it checkpointed to before (its
     ``checkpoint`` tag) while that folder is there, so that a run keeps one checkpoint; else
@@ -39,4 +54,4 @@ def checkpoint_path(run_id: str, before: str | None = None) -> Path:
         return Path(before)
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir) / "checkpoint.pt"
-    return Path(tempfile.gettempdir()) / "samplerlab-checkpoints" / run_id / "checkpoint.pt"
+    return temporary_checkpoints() / run_id / "checkpoint.pt"

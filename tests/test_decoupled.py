@@ -24,6 +24,7 @@ from runner.train.stages import stage_named
 from runner.train.state import build_state, start_classifier_stage
 from samplers import DeferredSampler
 from tests.conftest import compose_config
+from tests.helpers.record import logged_checkpoint
 
 X = torch.randn(96, 3, 8, 8, generator=torch.Generator().manual_seed(0))
 Y = torch.tensor([0] * 60 + [1] * 24 + [2] * 12)  # long-tailed: 60 / 24 / 12
@@ -213,8 +214,8 @@ def _run(overrides: list[str], uri: str):
     experiment = client.get_experiment_by_name("samplerlab").experiment_id
     found = client.search_runs([experiment], order_by=["attributes.start_time DESC"])[0]
     assert found.info.status == "FINISHED"
-    checkpoint = torch.load(found.data.tags["checkpoint"], weights_only=True)
-    return found, checkpoint
+    assert not Path(found.data.tags["checkpoint"]).exists()  # the artifact is the checkpoint
+    return found, logged_checkpoint(uri, found.info.run_id)
 
 
 def _features(model: torch.nn.Module, data: LongTailData, x: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 from torch import nn
@@ -18,6 +17,7 @@ import runner
 from runner.config import CONF
 from runner.train import stages
 from runner.train.stages import ClassifierStage, register, stage_names
+from tests.helpers.record import logged_checkpoint
 
 RUNNER = Path(runner.__file__).parent
 
@@ -70,7 +70,7 @@ def test_a_new_stage_is_one_class_and_one_yaml(tmp_path, monkeypatch, tracking_u
     assert "stage1/balanced_accuracy" in found.data.metrics  # stage one ended before it
     assert results["cost/epochs_trained"] == 4
     # The stage's optimizer trained one tensor, of one value per class: the bias.
-    state = torch.load(found.data.tags["checkpoint"], weights_only=True)["train"]
+    state = logged_checkpoint(tracking_uri, found.info.run_id)["train"]
     assert state["classifier_only"]
     (group,) = state["optimizer"]["param_groups"]
     assert len(group["params"]) == 1

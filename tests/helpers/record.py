@@ -1,7 +1,12 @@
 """Checking a run's MLflow record as a user reads it back: MLflow's context tags, how it ran,
-its datasets, and a logged model that reproduces the run's own test metrics."""
+its datasets, a logged model that reproduces the run's own test metrics, and the checkpoint a
+finished run logged."""
 
 from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
 
 import mlflow
 import numpy as np
@@ -56,3 +61,16 @@ def assert_record(
     for name, value in zip(data.class_names, recall, strict=True):
         if f"final/recall/{name}" in metrics:
             assert value == metrics[f"final/recall/{name}"], name
+
+
+def logged_checkpoint(uri: str, run_id: str) -> dict[str, Any]:
+    """The checkpoint the finished run ``run_id`` logged (a run outside a Hydra app removes its
+    temporary copy when it finishes), loaded as ``resume=`` loads it."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = mlflow.artifacts.download_artifacts(
+            run_id=run_id,
+            artifact_path="checkpoint/checkpoint.pt",
+            dst_path=folder,
+            tracking_uri=uri,
+        )
+        return dict(torch.load(Path(path), weights_only=True))
