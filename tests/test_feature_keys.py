@@ -353,3 +353,37 @@ def test_a_backbone_whose_code_cannot_be_read_is_not_cached(tmp_path, monkeypatc
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("features: not cached: the source of fileless_net.Net ")
     assert lines[1].endswith("; not cached)") and not (tmp_path / "cache").exists()
+
+
+def test_the_same_weights_file_elsewhere_finds_its_features_and_other_weights_do_not(
+    tmp_path, capsys
+):
+    """The weights are keyed by their content: a copy of the file at another path (another
+    checkout, a moved download) finds the features its first path computed; a file of other
+    weights gets its own."""
+    import shutil
+
+    import timm
+
+    torch.manual_seed(0)
+    first = tmp_path / "weights.pt"
+    torch.save(timm.create_model("resnet18", num_classes=0).state_dict(), first)
+    (tmp_path / "moved").mkdir()
+    moved = Path(shutil.copy(first, tmp_path / "moved" / "renamed.pt"))
+    torch.manual_seed(1)
+    other = tmp_path / "other.pt"
+    torch.save(timm.create_model("resnet18", num_classes=0).state_dict(), other)
+    cache, data = tmp_path / "cache", ("data=digits_lt", "data.n_max=40")
+    model = ("model=timm", "model.name=resnet18", "model.image_size=16")
+
+    def features(file: Path) -> tuple:
+        return frozen(cache, *data, model=(*model, f"model.weights={file}"))
+
+    a = features(first)
+    assert last_line(capsys).startswith("features: computed ")
+    b = features(moved)
+    assert last_line(capsys).startswith("features: reused ")
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    c = features(other)
+    assert last_line(capsys).startswith("features: computed ")
+    assert not torch.equal(a[0], c[0])

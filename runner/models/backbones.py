@@ -26,6 +26,16 @@ from runner.models.inputs import InputAdapter, first_line, load_weights, reachab
 WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
 
 
+def names_a_file(weights: str) -> bool:
+    """Whether ``model.weights`` names a file of weights (a known suffix, a folder in it, or a
+    path that exists) rather than one of torchvision's weights enum members.
+
+    >>> names_a_file("DEFAULT"), names_a_file("weights/lite0.safetensors")
+    (False, True)
+    """
+    return Path(weights).suffix in WEIGHT_SUFFIXES or "/" in weights or Path(weights).exists()
+
+
 def _image_shape(in_shape: Sequence[int], group: str) -> tuple[int, int, int]:
     if len(in_shape) != 3:
         raise ValueError(
@@ -132,9 +142,7 @@ def torchvision_backbone(
         )
     _known_name(name, models.list_models(module=models), "torchvision")
     enums = models.get_model_weights(name)
-    is_file = weights is not None and (
-        Path(weights).suffix in WEIGHT_SUFFIXES or "/" in weights or Path(weights).exists()
-    )
+    is_file = weights is not None and names_a_file(weights)
     enum = None
     if weights is not None and not is_file:
         if weights not in enums.__members__:

@@ -37,7 +37,7 @@ from runner.data import LongTailData
 from runner.distributed import is_main
 from runner.locks import beat, turn
 from runner.models import FeatureClassifier
-from runner.models.backbones import FrozenBackbone
+from runner.models.backbones import FrozenBackbone, names_a_file
 from runner.models.source import UnreadableCode, code_digest
 from runner.train.feature_bank import FeatureBank, bank_folder, row_digests, tensor_bytes
 from runner.train.feed import Feed
@@ -189,8 +189,9 @@ def backbone_identity(
     backbone: nn.Module, model_cfg: Mapping[str, Any], device: torch.device
 ) -> dict[str, Any] | None:
     """What a backbone's features depend on besides its inputs: the model's config (less the
-    runner's keys), its weights, its structure and code, and the precision; None, after one
-    line saying why, when the code of one of its classes cannot be read."""
+    runner's keys, and a weights file by its content, not its path), its weights, its structure
+    and code, and the precision; None, after one line saying why, when the code of one of its
+    classes cannot be read."""
     try:
         code = code_digest(backbone)
     except UnreadableCode as error:
@@ -199,8 +200,13 @@ def backbone_identity(
             "read, so an edit of it would go unseen; define it in a file to cache them"
         )
         return None
+    settings = {str(k): v for k, v in model_cfg.items() if k not in MODEL_RUNNER_KEYS}
+    if isinstance(settings.get("weights"), str) and names_a_file(settings["weights"]):
+        # Where the file lies is no part of what the features are; its content is digested
+        # below with the rest of the backbone's state.
+        settings["weights"] = "a file"
     return {
-        "model": {str(k): v for k, v in model_cfg.items() if k not in MODEL_RUNNER_KEYS},
+        "model": settings,
         "weights": weights_digest(backbone),
         "code": code,
         "precision": "bfloat16" if device.type == "cuda" else "float32",
