@@ -24,7 +24,7 @@ from runner import quick_exit
 SAMPLERS = "uniform,weighted,fixed_class,annealed,progressive,deferred,hard_mined,hybrid,mixture"
 METHODS = (
     "ce,class_balanced,fixed_class,annealed,progressive,drs,hard_mined,hybrid,mixture,"
-    "crt,tau_norm,posthoc_la,logistic_la,logistic_balanced,lws"
+    "crt,tau_norm,posthoc_la,logistic_la,logistic_balanced,lws,ncm"
 )
 TENSOR_FILES = (".npz", ".pt")
 # What Hydra reads unquoted in an override's value; anything else in a path is quoted.

@@ -1,6 +1,7 @@
 """The classifier refitted by logistic regression (``logistic_la``, ``logistic_balanced``): the fit
 against scikit-learn's ``LogisticRegression``, the (C, tau) choice cross-fitted as the other
-post-hoc stages', not optimistic on labels independent of the features, and a real run."""
+post-hoc stages', not optimistic on labels independent of the features, a signal during the
+fits, and real runs; and nearest class mean (``ncm``) against the reference's computation."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from runner.build import build_parts
 from runner.train.decoupled import TAU_GRID, balanced_accuracy, validation_halves
 from runner.train.refit import (
     C_GRID,
@@ -21,6 +23,7 @@ from runner.train.refit import (
     fit_logistic,
 )
 from tests.conftest import compose_config
+from tests.helpers.record import logged_checkpoint
 from tests.test_tau_norm_selection import Z, _above_zero, _predictions
 
 
@@ -336,6 +339,20 @@ def test_a_refit_with_anything_of_its_key_changed_fits_again(change, monkeypatch
     assert len(fitted) == 4
 
 
+def _digits_run(method: str, uri: str) -> list[str]:
+    """A short digits run of ``method`` into ``uri``, without figures or a logged model."""
+    return [
+        f"+method={method}",
+        "data=digits_lt",
+        "trainer.epochs=3",
+        "trainer.progress=false",
+        "trainer.threads=1",
+        "tracking.plots=false",
+        "tracking.log_model=false",
+        f"tracking.uri={uri}",
+    ]
+
+
 @pytest.mark.unit
 def test_a_signal_during_the_refit_stops_it_at_the_next_fit_step_not_after_the_grid():
     """A refit runs after the last epoch, where the loop holds signals until its next safe
@@ -379,17 +396,7 @@ def test_a_run_stopped_during_its_refit_resumes_and_refits_to_the_uninterrupted_
     from runner.signals import Interrupted
     from runner.train import refit
 
-    overrides = [
-        "+method=logistic_la",
-        "data=digits_lt",
-        "data.val_per_class=20",
-        "trainer.epochs=3",
-        "trainer.progress=false",
-        "trainer.threads=1",
-        "tracking.plots=false",
-        "tracking.log_model=false",
-        f"tracking.uri={tracking_uri}",
-    ]
+    overrides = [*_digits_run("logistic_la", tracking_uri), "data.val_per_class=20"]
     whole = run(compose_config(overrides))
     refit._refits.clear()  # the same contents: the next run would take this refit, not fit
     fits = []
@@ -414,3 +421,57 @@ def test_a_run_stopped_during_its_refit_resumes_and_refits_to_the_uninterrupted_
     finished = client.get_run(killed.info.run_id)
     assert finished.info.status == "FINISHED" and "final/balanced_accuracy" in finished.data.metrics
     assert resumed == whole
+
+
+@pytest.mark.unit
+def test_ncm_predicts_as_standardised_class_means_nearest_by_cosine():
+    """The classifier ``ncm`` sets, on raw features, predicts every row as the reference does:
+    a StandardScaler fitted on the training rows, then the class whose mean (of the scaled
+    training rows) has the largest cosine similarity with the scaled row (scripts/baselines.py's
+    baseline); a class with no training rows is never predicted."""
+    from runner.train.refit import set_class_means
+
+    rng = np.random.default_rng(9)
+    features, labels = _blobs(rng, [200, 60, 20, 6], dim=12, spread=0.6)
+    features = features * torch.linspace(0.1, 30, 12) + 5  # scales and offsets a scaler undoes
+    rows, _ = _blobs(np.random.default_rng(10), [40, 40, 40, 40], dim=12, spread=0.6)
+    rows = rows * torch.linspace(0.1, 30, 12) + 5
+    scaler = StandardScaler().fit(features.double().numpy())
+    scaled = scaler.transform(features.double().numpy())
+    means = np.stack([scaled[labels.numpy() == k].mean(0) for k in range(4)])
+    means /= np.linalg.norm(means, axis=1, keepdims=True)
+    expected = (scaler.transform(rows.double().numpy()) @ means.T).argmax(1)
+
+    classifier = torch.nn.Linear(12, 5)  # a fifth class the training rows never show
+    choice = set_class_means(classifier, (features, labels), lambda: np.zeros(3, np.int64))
+    with torch.no_grad():
+        logits = classifier(rows)
+    assert np.array_equal(logits.argmax(1).numpy(), expected)
+    assert torch.all(logits[:, 4] < logits[:, :4].max(1).values)  # zero weights: never nearest
+    assert choice.metrics() == {} and np.array_equal(choice.cross_fitted, np.zeros(3))
+
+
+@pytest.mark.slow  # two real runs of three digits epochs, in this process
+def test_an_ncm_run_needs_no_split_and_with_one_scores_its_own_predictions(tracking_uri):
+    """Nothing is chosen on validation: without a split the run trains; with one, its
+    validation metrics are the classifier's plain predictions, scored like its test ones."""
+    from runner.app import run
+
+    common = _digits_run("ncm", tracking_uri)
+    alone = run(compose_config([*common, "data.val_per_class=0"]))
+    assert "val/balanced_accuracy" not in alone and alone["test/balanced_accuracy"] > 0.5
+    split = run(compose_config([*common, "data.val_per_class=20"]))
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("samplerlab").experiment_id
+    runs = client.search_runs([experiment])
+    assert {r.info.status for r in runs} == {"FINISHED"} and len(runs) == 2
+    assert not any(k.startswith("decoupled/") for r in runs for k in r.data.metrics)
+    (with_split,) = [r for r in runs if r.data.params["data.val_per_class"] == "20"]
+    parts = build_parts(compose_config([*common, "data.val_per_class=20"]))
+    saved = logged_checkpoint(tracking_uri, with_split.info.run_id)["train"]["model"]
+    parts.state.model.load_state_dict(saved)
+    parts.state.model.eval()
+    with torch.no_grad():
+        predicted = parts.state.model(parts.data.val_x).argmax(1).numpy()
+    own = balanced_accuracy(parts.data.val_y.numpy(), predicted)
+    assert split["val/balanced_accuracy"] == pytest.approx(own, abs=1e-12) and own > 0.5

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from contextlib import AbstractContextManager
 
+import numpy as np
 import torch
 
 from runner.train.decoupled import ClassifierInputs
@@ -29,7 +30,8 @@ def choose_post_hoc(
     evaluation: the model's features once, then the classifier's pass alone for each setting
     tried; the training rows' features only when the stage asks for them."""
     val_y = parts.data.val_y
-    assert val_x is not None and val_y is not None  # refused before training without a split
+    # Refused before training without a split, unless the stage chooses nothing on one.
+    assert (val_x is not None and val_y is not None) or not stage.reads_validation
     model, per_batch = parts.state.model, parts.trainer.eval_batch_size
 
     def precision() -> AbstractContextManager[object]:
@@ -43,10 +45,15 @@ def choose_post_hoc(
         features = torch.cat(chunks) if chunks else torch.empty(0, device=parts.device)
         return features.float(), parts.data.train_y.to(features.device)
 
-    val = inputs_of(val_x)
-    validation = PostHocInputs(
-        val.predict, val_y.numpy(), parts.data.train_counts, training, val.digest
-    )
+    if val_x is None or val_y is None:
+        validation = PostHocInputs(
+            None, np.empty(0, dtype=np.int64), parts.data.train_counts, training, lambda: b""
+        )
+    else:
+        val = inputs_of(val_x)
+        validation = PostHocInputs(
+            val.predict, val_y.numpy(), parts.data.train_counts, training, val.digest
+        )
     choice = stage.choose(model, validation)
     log.info("%s: %s", stage.name, choice.describe())
     return choice

@@ -22,6 +22,10 @@ logit-adjusted by the training class frequencies with every tau of
 the validation split by balanced accuracy and cross-fitted as tau-normalisation's tau
 (:func:`runner.train.decoupled.cross_fit_table`): each half of the split is predicted with the
 pair the other half chose. ``logistic_balanced``: the class-weighted fit, C alone chosen.
+
+``ncm`` (:func:`set_class_means`): nearest class mean by cosine similarity on the same
+standardised features, the cheap reference (Kang et al. 2020's NCM): a linear classifier whose
+class weights are the class means' directions; nothing is chosen on validation.
 """
 
 from __future__ import annotations
@@ -237,6 +241,61 @@ def choose_refit(
     return choice
 
 
+def class_mean_directions(
+    features: torch.Tensor, labels: torch.Tensor, num_classes: int
+) -> torch.Tensor:
+    """Every class's mean of ``features`` (K x D, float64) scaled to norm one: as a classifier's
+    weights (no bias) its argmax is the class mean nearest by cosine similarity, a row's own norm
+    changing no argmax. A class without rows, or with a zero mean, gets zero weights.
+
+    Example:
+        >>> x = torch.tensor([[2.0, 0.0], [4.0, 0.0], [0.0, 1.0]])
+        >>> class_mean_directions(x, torch.tensor([0, 0, 1]), 2)
+        tensor([[1., 0.],
+                [0., 1.]], dtype=torch.float64)
+    """
+    x = features.double()
+    sums = torch.zeros(num_classes, x.shape[1], dtype=torch.float64, device=x.device)
+    sums.index_add_(0, labels.to(x.device), x)
+    norms = sums.norm(dim=1, keepdim=True)  # the mean's direction is the sum's
+    return torch.where(norms > 0, sums / norms.clamp_min(1e-300), torch.zeros_like(sums))
+
+
+@dataclass(frozen=True)
+class MeansChoice:
+    """What :func:`set_class_means` did: nothing chosen, so the validation predictions are the
+    classifier's own (``cross_fitted`` in name only: no row scored what it tuned)."""
+
+    cross_fitted: np.ndarray = field(repr=False)
+
+    def describe(self) -> str:
+        return (
+            "the classifier is the training rows' standardised class means (nearest by cosine "
+            "similarity); nothing chosen on the validation split"
+        )
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+
+@torch.no_grad()
+def set_class_means(
+    classifier: nn.Linear,
+    training: tuple[torch.Tensor, torch.Tensor],
+    predict: Callable[[], np.ndarray] | None,
+) -> MeansChoice:
+    """Set ``classifier`` to the nearest class mean by cosine similarity on ``training`` (the
+    classifier's inputs for every training row, and their labels) standardised by their
+    :func:`standardiser`, folded back to act on raw inputs; ``predict`` (None: no validation
+    split) then predicts the validation rows with it."""
+    raw, labels = training
+    mean, scale = standardiser(raw)
+    weight = class_mean_directions((raw.double() - mean) / scale, labels, classifier.out_features)
+    no_bias = torch.zeros(len(weight), dtype=torch.float64, device=weight.device)
+    _fold(classifier, (weight, no_bias), (mean, scale))
+    return MeansChoice(predict() if predict is not None else np.empty(0, dtype=np.int64))
+
+
 def _refit_key(
     validation_digest: bytes,
     classifier: nn.Linear,
@@ -276,9 +335,21 @@ def _set(
 ) -> None:
     """Set ``classifier`` to ``fit`` (made on features standardised by ``standardised``: their
     mean and deviation) as it acts on raw features, its bias adjusted by ``prior`` with ``tau``."""
+    bias = _fold(classifier, fit, standardised)
+    classifier.bias.copy_(adjusted_bias(bias, prior.to(bias.device), tau))
+
+
+def _fold(
+    classifier: nn.Linear,
+    fit: tuple[torch.Tensor, torch.Tensor],
+    standardised: tuple[torch.Tensor, torch.Tensor],
+) -> torch.Tensor:
+    """Set ``classifier`` to ``fit`` (made on standardised features) as it acts on raw
+    features: its weights w/sd and its bias b - (w/sd)·mean, which is also returned (float64)."""
     (weight, bias), (mean, scale) = fit, standardised
     weight = weight / scale.to(weight.device)
     bias = bias - weight @ mean.to(weight.device)
     assert classifier.bias is not None, "linear_classifier refuses a classifier without a bias"
     classifier.weight.copy_(weight.to(classifier.weight.device))
-    classifier.bias.copy_(adjusted_bias(bias, prior.to(bias.device), tau))
+    classifier.bias.copy_(bias.to(classifier.bias.device))
+    return bias

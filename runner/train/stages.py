@@ -35,7 +35,7 @@ from runner.train.decoupled import (
     scale_classifier,
     validation_halves,
 )
-from runner.train.refit import choose_refit
+from runner.train.refit import choose_refit, set_class_means
 from runner.train.settings import TrainerConfig
 
 KEY = "trainer.classifier_stage"
@@ -111,7 +111,7 @@ def stage_named(name: str) -> ClassifierStage:
         >>> stage_named("lws")
         Traceback (most recent call last):
         ...
-        runner.errors.UserError: config error at 'trainer.classifier_stage': 'lws' is unknown; choose one of ('none', 'retrain', 'scale', 'tau_norm', 'posthoc_la', 'logistic_la', 'logistic_balanced')
+        runner.errors.UserError: config error at 'trainer.classifier_stage': 'lws' is unknown; choose one of ('none', 'retrain', 'scale', 'tau_norm', 'posthoc_la', 'logistic_la', 'logistic_balanced', 'ncm')
     """
     if name not in _STAGES:
         raise config_error(KEY, f"{name!r} is unknown; choose one of {stage_names()}")
@@ -180,17 +180,23 @@ class Scale(ClassifierStage):
 @dataclass(frozen=True)
 class PostHocInputs:
     """What a post-hoc stage chooses with: ``predict`` gives the validation rows' predicted
-    classes by the classifier as it stands, ``labels`` their labels, ``counts`` the training
+    classes by the classifier as it stands (None without a split, which only a stage that
+    does not ``reads_validation`` runs with), ``labels`` their labels, ``counts`` the training
     class counts; ``training()`` the classifier's inputs for every training row (the model in
     eval mode, no augmentation) and their labels, computed when a stage asks;
     ``validation_digest()`` a digest of what ``predict`` reads besides the classifier's
     parameters (:meth:`runner.train.decoupled.ClassifierInputs.digest`)."""
 
-    predict: Callable[[], np.ndarray]
+    predict: Callable[[], np.ndarray] | None
     labels: np.ndarray
     counts: torch.Tensor
     training: Callable[[], tuple[torch.Tensor, torch.Tensor]]
     validation_digest: Callable[[], bytes]
+
+    def validation(self) -> Callable[[], np.ndarray]:
+        """``predict``, for a stage that chooses on the split (checked before training)."""
+        assert self.predict is not None, "a stage that reads validation ran without a split"
+        return self.predict
 
 
 class PostHocChoice(Protocol):
@@ -213,6 +219,7 @@ class PostHocStage(ClassifierStage):
     post_hoc = True
     needs_bias: ClassVar[bool] = False
     chooses: ClassVar[str] = "tau"
+    reads_validation: ClassVar[bool] = True  # False: chooses nothing, needs no split
     why_linear: ClassVar[str]  # why model.head must be linear, "{}" the head
 
     def check(self, settings: StageSettings) -> None:
@@ -220,6 +227,8 @@ class PostHocStage(ClassifierStage):
         if settings.head != "linear":
             reason = self.why_linear.format(settings.head)
             raise config_error(KEY, f"{self.name} {reason}; use model.head=linear")
+        if not self.reads_validation:
+            return
         if settings.val_per_class == 1:
             raise config_error(
                 "data.val_per_class",
@@ -239,6 +248,8 @@ class PostHocStage(ClassifierStage):
         """A classifier it cannot change, and a split that does not halve (a
         ``data.val_fraction`` that leaves every class one row shows only in the built labels)."""
         linear_classifier(model, self.name, self.needs_bias)
+        if not self.reads_validation:
+            return
         if val_labels is None:
             raise UserError(
                 f"{KEY}={self.name} chooses {self.chooses} on a validation split, and the data "
@@ -262,7 +273,7 @@ class TauNorm(PostHocStage):
     )
 
     def choose(self, model: nn.Module, inputs: PostHocInputs) -> PostHocChoice:
-        return choose_tau(linear_classifier(model, self.name), inputs.predict, inputs.labels)
+        return choose_tau(linear_classifier(model, self.name), inputs.validation(), inputs.labels)
 
 
 @register
@@ -277,7 +288,7 @@ class PostHocAdjustment(PostHocStage):
     def choose(self, model: nn.Module, inputs: PostHocInputs) -> PostHocChoice:
         classifier = linear_classifier(model, self.name, needs_bias=True)
         prior = inputs.counts.double() / inputs.counts.double().sum()
-        return choose_adjustment(classifier, prior, inputs.predict, inputs.labels)
+        return choose_adjustment(classifier, prior, inputs.validation(), inputs.labels)
 
 
 class LogisticRefit(PostHocStage):
@@ -296,7 +307,7 @@ class LogisticRefit(PostHocStage):
             classifier,
             inputs.training(),
             prior,
-            inputs.predict,
+            inputs.validation(),
             inputs.labels,
             balanced=self.balanced,
             tau_grid=taus,
@@ -319,3 +330,20 @@ class LogisticBalanced(LogisticRefit):
     name = "logistic_balanced"
     chooses = "C"
     balanced = True
+
+
+@register
+class NearestClassMean(PostHocStage):
+    """Nearest class mean by cosine similarity on the training rows' standardised
+    representation, the cheap reference (:func:`runner.train.refit.set_class_means`): nothing
+    chosen, so no split needed; with one, its validation metrics are the classifier's own."""
+
+    name = "ncm"
+    needs_bias = True
+    chooses = "nothing"
+    reads_validation = False
+    why_linear = "replaces a linear head's weights and bias, and model.head={} is not one"
+
+    def choose(self, model: nn.Module, inputs: PostHocInputs) -> PostHocChoice:
+        classifier = linear_classifier(model, self.name, needs_bias=True)
+        return set_class_means(classifier, inputs.training(), inputs.predict)
