@@ -14,8 +14,9 @@ per class taken before the cut; the 10,000 test images), with timm's ``tf_effici
    ``features: computed`` lines; ``features.engine=--engine``, by default ``onnxruntime``, which
    the runner uses only where it gives torch's features), one that reuses them (its wall time,
    the process included);
-3. the race (``hydra/sweeper=race``) over the nine strategies and the decoupled methods (cRT,
-   tau-norm, post-hoc LA, the logistic refits, LWS) on the cached features: its runs, wall
+3. the race (``hydra/sweeper=race``) over what ``samplerlab advise --model`` races: the nine
+   strategies and the decoupled methods (cRT, tau-norm, post-hoc LA, the logistic refits, LWS,
+   nearest class mean) on the cached features: its runs, wall
    time, advice, and the advised candidate's balanced accuracy on the test set (read once,
    after the race);
 4. in the same process, on the same features read from the runner's bank,
@@ -45,6 +46,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from experiments.command import METHODS
 from scripts import tables
 from scripts.artifacts import ROOT, export_runs
 from scripts.baselines import baselines, cached_features
@@ -53,11 +55,9 @@ from scripts.bench_race import child_seconds, race_record
 ARCHIVE = ROOT.parent / "shared" / "data" / "cifar10" / "cifar10-jpeg.tar.gz"
 DATA = ROOT / "data"
 BACKBONE = "tf_efficientnet_lite0"
-# The nine strategies as published recipes (plain cross-entropy), then the decoupled classifiers.
-CANDIDATES = (
-    "ce,class_balanced,fixed_class,annealed,progressive,drs,hard_mined,hybrid,mixture,"
-    "crt,tau_norm,posthoc_la,logistic_la,logistic_balanced,lws"
-)
+# What `samplerlab advise --model` races: the nine strategies as published recipes (plain
+# cross-entropy), then the decoupled classifiers and the refits.
+CANDIDATES = METHODS
 OBJECTIVE = "val/balanced_accuracy"
 FEATURES_LINE = re.compile(r"features: computed (\d+) x (\d+) from \S+ in ([\d.]+) s")
 
