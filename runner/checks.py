@@ -289,7 +289,7 @@ def check_objective(cfg: DictConfig, sweeper: str | None = None) -> None:
             "of every class)"
         )
     stage = stage_named(str(cfg.trainer.classifier_stage))
-    if split == "val" and metric in BINARY_HEADLINE and stage.post_hoc:
+    if split == "val" and metric in BINARY_HEADLINE and stage.reads_validation:
         raise UserError(
             f"objective={cfg.objective}: trainer.classifier_stage={stage.name} tunes the "
             "classifier on the validation split, so only its cross-fitted balanced accuracy "

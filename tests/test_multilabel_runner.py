@@ -104,6 +104,40 @@ def test_a_binary_95_5_run_records_ap_roc_auc_and_the_validation_threshold(
     assert objective(raced, results) == metrics["val/average_precision"]
 
 
+@pytest.mark.slow  # two real binary runs, in this process
+@pytest.mark.parametrize(("method", "val_scores"), [("posthoc_la", False), ("ncm", True)])
+def test_after_a_stage_that_tunes_on_validation_no_val_rare_positive_score_is_logged(
+    method, val_scores, tracking_uri
+):
+    """``posthoc_la`` chose its tau on the split, so only its cross-fitted balanced accuracy
+    scores it there at the last epoch; ``ncm`` chose nothing, so its validation scores are
+    honest and logged then. (Epoch 1, before either stage, scores the trained head.)"""
+    from runner.app import run
+
+    cfg = compose_config(
+        [
+            *QUICK,
+            f"+method={method}",
+            "data.num_classes=2",
+            "data.imbalance_factor=19",
+            "data.n_max=950",
+            "data.val_per_class=40",
+            "tracking.plots=false",
+            f"tracking.uri={tracking_uri}",
+        ]
+    )
+    results = run(cfg)
+    client = MlflowClient(tracking_uri)
+    (found,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
+    steps = {
+        key: [m.step for m in client.get_metric_history(found.info.run_id, key)]
+        for key in ("test/average_precision", "val/balanced_accuracy", "val/average_precision")
+    }
+    assert steps["test/average_precision"] == steps["val/balanced_accuracy"] == [1, 2]
+    assert steps["val/average_precision"] == ([1, 2] if val_scores else [1])
+    assert ("val/average_precision" in results) == val_scores
+
+
 def test_a_race_refuses_an_objective_the_data_do_not_report() -> None:
     multilabel = compose_config([*MULTILABEL, "objective=val/balanced_accuracy"])
     with pytest.raises(UserError, match="use objective=val/mAP"):
@@ -117,3 +151,4 @@ def test_a_race_refuses_an_objective_the_data_do_not_report() -> None:
     check_objective(compose_config(binary), RACE)
     with pytest.raises(UserError, match="classifier_stage=posthoc_la tunes the classifier"):
         check_objective(compose_config(["+method=posthoc_la", *binary]), RACE)
+    check_objective(compose_config(["+method=ncm", *binary]), RACE)  # it tunes nothing there

@@ -249,7 +249,8 @@ class Epochs:
                 progress.latest_val = validation
                 score = validation.score
             if data.num_classes == 2 and not multi_label:  # rare positives
-                rare = _rare_positives(parts, self.test_x, self.val_x, tuned is None)
+                honest = tuned is None or not self.stage.reads_validation
+                rare = _rare_positives(parts, self.test_x, self.val_x, honest)
                 progress.latest_rare = rare
                 metrics.update(rare)
             if score > progress.best_score:
@@ -364,7 +365,7 @@ def _rare_positives(
     """Binary data: the rarer class against the other (average precision, ROC AUC, and
     precision and recall at the threshold chosen on the validation split for
     ``eval.target_precision``), as ``test/`` and, when ``val_metrics``, ``val/`` metrics: not
-    after a post-hoc stage, whose classifier the validation split tuned (its scores would be
+    after a post-hoc stage whose classifier the validation split tuned (its scores would be
     optimistic; only the cross-fitted predictions score it)."""
     data = parts.data
     val = (val_x, data.val_y) if val_x is not None and data.val_y is not None else None

@@ -62,6 +62,8 @@ class ClassifierStage:
     name: ClassVar[str]
     takes_epochs: ClassVar[bool] = False  # trains for trainer.classifier_epochs after the others
     post_hoc: ClassVar[bool] = False  # changes the classifier after the last epoch, no epochs
+    # Chooses on the validation split, which then scores the run only where cross-fitted.
+    reads_validation: ClassVar[bool] = False
 
     def check(self, settings: StageSettings) -> None:
         """Refuse, before anything is built, a config the stage cannot run with."""
@@ -219,7 +221,7 @@ class PostHocStage(ClassifierStage):
     post_hoc = True
     needs_bias: ClassVar[bool] = False
     chooses: ClassVar[str] = "tau"
-    reads_validation: ClassVar[bool] = True  # False: chooses nothing, needs no split
+    reads_validation = True  # False: chooses nothing, needs no split
     why_linear: ClassVar[str]  # why model.head must be linear, "{}" the head
 
     def check(self, settings: StageSettings) -> None:
