@@ -24,6 +24,13 @@ from tests.conftest import compose_config
 pytestmark = pytest.mark.unit
 
 QUICK = ["trainer.epochs=2", "trainer.progress=false", "tracking.log_model=false"]
+# Binary data, 95:5 in training, a balanced validation split: the rare-positive metrics.
+BINARY = [
+    "data.num_classes=2",
+    "data.imbalance_factor=19",
+    "data.n_max=950",
+    "data.val_per_class=40",
+]
 MULTILABEL = ["data=synthetic_multilabel", "data.val_fraction=0.2", "data.train_size=1500"]
 NAMES = [f"class_{c}" for c in range(10)]
 RACE = "hydra_plugins.samplerlab_race.race_sweeper.RaceSweeper"
@@ -78,15 +85,7 @@ def test_a_binary_95_5_run_records_ap_roc_auc_and_the_validation_threshold(
     tracking_uri: str,
 ) -> None:
     cfg = compose_config(
-        [
-            *QUICK,
-            "data.num_classes=2",
-            "data.imbalance_factor=19",
-            "data.n_max=950",
-            "data.val_per_class=40",
-            "eval.target_precision=0.8",
-            f"tracking.uri={tracking_uri}",
-        ]
+        [*QUICK, *BINARY, "eval.target_precision=0.8", f"tracking.uri={tracking_uri}"]
     )
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="figure .* skipped")  # else only a warning
@@ -114,19 +113,8 @@ def test_after_a_stage_that_tunes_on_validation_no_val_rare_positive_score_is_lo
     honest and logged then. (Epoch 1, before either stage, scores the trained head.)"""
     from runner.app import run
 
-    cfg = compose_config(
-        [
-            *QUICK,
-            f"+method={method}",
-            "data.num_classes=2",
-            "data.imbalance_factor=19",
-            "data.n_max=950",
-            "data.val_per_class=40",
-            "tracking.plots=false",
-            f"tracking.uri={tracking_uri}",
-        ]
-    )
-    results = run(cfg)
+    overrides = [*QUICK, *BINARY, f"+method={method}", "tracking.plots=false"]
+    results = run(compose_config([*overrides, f"tracking.uri={tracking_uri}"]))
     client = MlflowClient(tracking_uri)
     (found,) = client.search_runs([client.get_experiment_by_name("samplerlab").experiment_id])
     steps = {
