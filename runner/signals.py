@@ -68,8 +68,10 @@ def stop_if_signalled() -> None:
     """Where no safe point comes for seconds on end (the L-BFGS fits of a post-hoc refit after
     the last epoch): a signal held meanwhile stops at once, as a second signal would, with no
     checkpoint taken there; the run resumes from its last checkpoint. A wait for the next safe
-    point would be unbounded (``docker stop`` sends SIGKILL after 10 s)."""
-    if _pending:
+    point would be unbounded (``docker stop`` sends SIGKILL after 10 s). Inside
+    :func:`agreeing` (torchrun's ranks) it waits for the safe point, where the ranks vote: one
+    rank stopping alone would leave the others waiting on a vote it never casts."""
+    if _pending and not _agreements:
         raise Interrupted(_pending.pop())
 
 

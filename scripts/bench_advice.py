@@ -244,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         task = run_task(name, folder, cache)
         task["verdict"] = verdict(task)
         task["command"], task["date"] = summary["command"], summary["date"]  # --only mixes runs
+        task["candidates"] = summary["candidates"]
         summary["tasks"][name] = task
         summary["tasks"] = {n: summary["tasks"][n] for n in TASKS if n in summary["tasks"]}
         path.write_text(json.dumps(summary, indent=1) + "\n")

@@ -105,7 +105,7 @@ def test_a_binary_95_5_run_records_ap_roc_auc_and_the_validation_threshold(
 
 @pytest.mark.slow  # two real binary runs, in this process
 @pytest.mark.parametrize(("method", "val_scores"), [("posthoc_la", False), ("ncm", True)])
-def test_after_a_stage_that_tunes_on_validation_no_val_rare_positive_score_is_logged(
+def test_validation_rare_positive_scores_are_logged_after_a_stage_that_tunes_nothing_there(
     method, val_scores, tracking_uri
 ):
     """``posthoc_la`` chose its tau on the split, so only its cross-fitted balanced accuracy

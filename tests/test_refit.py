@@ -387,8 +387,10 @@ def test_a_signal_during_the_refit_stops_it_at_the_next_fit_step_not_after_the_g
 def test_a_run_stopped_during_its_refit_resumes_and_refits_to_the_uninterrupted_result(
     monkeypatch, tracking_uri, capsys
 ):
-    """A real SIGTERM while the second C is fitted: the run ends KILLED at once; resumed, it
-    trains from its last checkpoint, refits, and records what the run never stopped records."""
+    """A real SIGTERM while the second C is fitted: the run ends KILLED at once, its checkpoint
+    the one taken after the epoch before the last (even with trainer.checkpoint_every=0);
+    resumed, it trains the last epoch again, refits, and records what the run never stopped
+    records."""
     import os
     import signal
 
@@ -396,7 +398,11 @@ def test_a_run_stopped_during_its_refit_resumes_and_refits_to_the_uninterrupted_
     from runner.signals import Interrupted
     from runner.train import refit
 
-    overrides = [*_digits_run("logistic_la", tracking_uri), "data.val_per_class=20"]
+    overrides = [
+        *_digits_run("logistic_la", tracking_uri),
+        "data.val_per_class=20",
+        "trainer.checkpoint_every=0",
+    ]
     whole = run(compose_config(overrides))
     refit._refits.clear()  # the same contents: the next run would take this refit, not fit
     fits = []
@@ -416,6 +422,8 @@ def test_a_run_stopped_during_its_refit_resumes_and_refits_to_the_uninterrupted_
     experiment = client.get_experiment_by_name("samplerlab").experiment_id
     (killed,) = client.search_runs([experiment], "attributes.status = 'KILLED'")
     assert "final/balanced_accuracy" not in killed.data.metrics
+    saved = torch.load(killed.data.tags["checkpoint"], weights_only=True)["train"]
+    assert saved["epoch"] == 2  # one epoch back, not the start
     resumed = run(compose_config([*overrides, f"resume={killed.info.run_id}"]))
     assert len(fits) == 2 + len(C_GRID)  # the whole grid again
     finished = client.get_run(killed.info.run_id)

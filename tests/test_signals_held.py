@@ -9,7 +9,14 @@ import signal
 
 import pytest
 
-from runner.signals import Interrupted, held, raise_if_stopped, stop_on_signals
+from runner.signals import (
+    Interrupted,
+    agreeing,
+    held,
+    raise_if_stopped,
+    stop_if_signalled,
+    stop_on_signals,
+)
 
 pytestmark = pytest.mark.unit  # real signals to this process, main thread
 
@@ -44,3 +51,24 @@ def test_a_signal_held_inside_a_held_block_waits_for_the_outer_one():
             os.kill(os.getpid(), signal.SIGTERM)
         written.append("status")
     assert written == ["status"]
+
+
+def test_a_signal_held_part_way_through_a_refit_stops_there_unless_ranks_agree():
+    """Alone, a held signal stops at the refit's next step (not safe: no checkpoint there);
+    where torchrun's ranks vote at every safe point, it waits for the next one, where every
+    rank stops together."""
+    with pytest.raises(Interrupted) as stopped, stop_on_signals(deferred=True):
+        os.kill(os.getpid(), signal.SIGTERM)
+        stop_if_signalled()
+    assert not stopped.value.safe
+    votes: list[int] = []
+
+    def agree(signum: int) -> int:
+        votes.append(signum)
+        return signum
+
+    with pytest.raises(Interrupted) as voted, stop_on_signals(deferred=True), agreeing(agree):
+        os.kill(os.getpid(), signal.SIGTERM)
+        stop_if_signalled()  # held: the ranks have not voted
+        raise_if_stopped()
+    assert voted.value.safe and votes == [signal.SIGTERM]

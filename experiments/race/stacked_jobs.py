@@ -205,8 +205,8 @@ def _train(ready: dict[int, Any], stop: BaseException | None = None) -> dict[int
     """Train the prepared runs (:class:`runner.app.Prepared` by job index): those that stack,
     group by group; the rest alone. Returns each job's outcome: its objective, or the exception
     it ended with (the race reads a failure or a crash from it). Given ``stop``, or stopped by a
-    signal, every run ends with it (KILLED by a signal, checkpointed), and a signal is raised
-    again to stop the race."""
+    signal, every run ends with it (KILLED by a signal, checkpointed where the signal found a
+    safe point), and a signal is raised again to stop the race."""
     from runner.app import train_recorded
     from runner.results import objective
     from runner.train.stacked import fit_stacked, stack_groups

@@ -230,7 +230,7 @@ class Epochs:
         # The classifier's (the last group): a backbone_lr factor gives the features their own.
         metrics["train/lr"] = state.optimizer.param_groups[-1]["lr"]
         stage_one_ends = epoch == trainer.epochs < last
-        tuned: PostHocChoice | None = None  # a post-hoc stage chooses on validation: cross-fitted
+        tuned: PostHocChoice | None = None  # a post-hoc stage's choice: its validation predictions
         if epoch == last and isinstance(self.stage, PostHocStage):
             tuned = choose_post_hoc(parts, self.stage, self.val_x, self.train_x)
             metrics.update(tuned.metrics())
@@ -265,7 +265,9 @@ class Epochs:
                 table = class_table(names, columns)
                 recorder.log_table(f"per_class/epoch_{epoch:04d}.json", table)
         every = self.every
-        if (every and epoch % every == 0) or (trainer.checkpoint_every and epoch == last):
+        before_stage = self.stage.stops_part_way and epoch == last - 1  # see stops_part_way
+        ends = bool(trainer.checkpoint_every) and epoch == last
+        if (every and epoch % every == 0) or before_stage or ends:
             run.save_checkpoint()
 
 

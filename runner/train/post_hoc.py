@@ -3,7 +3,8 @@ evaluated (:func:`choose_post_hoc`), so that the last evaluation, the final metr
 checkpoint and the logged model are the changed classifier's, and a run resumed from that
 checkpoint does not choose again. What the stage chooses on the validation split never scores
 the row that chose it: the last evaluation's validation metrics are the cross-fitted
-predictions (:func:`runner.train.decoupled.cross_fit_table`)."""
+predictions (:func:`runner.train.decoupled.cross_fit_table`); a stage that chooses nothing there
+(``ncm``) is scored by its own predictions."""
 
 from __future__ import annotations
 

@@ -311,7 +311,9 @@ def fit_stacked(runs: Sequence[RunContext]) -> list[BaseException | None]:
     if stack_groups(runs) != [list(range(len(runs)))]:
         raise ValueError("fit_stacked: runs that do not stack together (see stack_groups)")
     # Heads on cached features train in seconds: checkpointed once, after the last epoch (a
-    # stop by a signal checkpoints every run where it stopped; runner.app.train_recorded).
+    # stop by a signal at an epoch's end checkpoints every run where it stopped,
+    # runner.app.train_recorded; one during a refit stops them unsaved, and a refit's run
+    # checkpointed after the epoch before it, Epochs.record).
     epochs = [Epochs(run, checkpoint_every=0) for run in runs]
     x, y = epochs[0].train_x.memory, epochs[0].train_y
     assert x is not None and x.is_floating_point(), "cached features are a tensor in memory"

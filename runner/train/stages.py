@@ -8,8 +8,8 @@ the model and the split are built (:meth:`ClassifierStage.check_built`); a stage
 (``takes_epochs``) says which parameters train in its ``trainer.classifier_epochs``
 (:meth:`ClassifierStage.trainable`; :func:`runner.train.state.start_classifier_stage` freezes
 the rest and starts its optimizer, also when a checkpoint taken in the stage is resumed); a
-post-hoc stage (``post_hoc``) changes the classifier after the last epoch, choosing on the
-validation split (:meth:`PostHocStage.choose`). Every stage shares plain cross-entropy's epochs
+post-hoc stage (``post_hoc``) changes the classifier after the last epoch, most of them
+choosing on the validation split (``reads_validation``; :meth:`PostHocStage.choose`). Every stage shares plain cross-entropy's epochs
 but its last (:meth:`ClassifierStage.shared_epochs`), which logs ``stage1/*`` or is changed.
 
 A new stage is one subclass with :func:`register` and one YAML under ``conf/method/`` setting
@@ -64,6 +64,9 @@ class ClassifierStage:
     post_hoc: ClassVar[bool] = False  # changes the classifier after the last epoch, no epochs
     # Chooses on the validation split, which then scores the run only where cross-fitted.
     reads_validation: ClassVar[bool] = False
+    # Takes long enough that a signal stops it part-way, with no checkpoint there: the run
+    # checkpoints after the epoch before the last, so that resuming loses one epoch at most.
+    stops_part_way: ClassVar[bool] = False
 
     def check(self, settings: StageSettings) -> None:
         """Refuse, before anything is built, a config the stage cannot run with."""
@@ -216,7 +219,8 @@ class PostHocChoice(Protocol):
 class PostHocStage(ClassifierStage):
     """A stage that takes no epochs: after the last one, what it ``chooses`` on the validation
     split changes a linear classifier (``needs_bias``: one with a bias), the validation metrics
-    cross-fitted."""
+    cross-fitted; one that chooses nothing there (not ``reads_validation``) needs no split, and
+    its validation metrics are its own predictions'."""
 
     post_hoc = True
     needs_bias: ClassVar[bool] = False
@@ -298,6 +302,7 @@ class LogisticRefit(PostHocStage):
     representation, C (and tau) chosen on validation (:mod:`runner.train.refit`)."""
 
     needs_bias = True
+    stops_part_way = True  # L-BFGS fits: minutes on big features
     balanced: ClassVar[bool] = False
     why_linear = "refits a linear head's weights and bias, and model.head={} is not one"
 
@@ -342,7 +347,6 @@ class NearestClassMean(PostHocStage):
 
     name = "ncm"
     needs_bias = True
-    chooses = "nothing"
     reads_validation = False
     why_linear = "replaces a linear head's weights and bias, and model.head={} is not one"
 
