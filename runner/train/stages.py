@@ -9,8 +9,9 @@ the model and the split are built (:meth:`ClassifierStage.check_built`); a stage
 (:meth:`ClassifierStage.trainable`; :func:`runner.train.state.start_classifier_stage` freezes
 the rest and starts its optimizer, also when a checkpoint taken in the stage is resumed); a
 post-hoc stage (``post_hoc``) changes the classifier after the last epoch, most of them
-choosing on the validation split (``reads_validation``; :meth:`PostHocStage.choose`). Every stage shares plain cross-entropy's epochs
-but its last (:meth:`ClassifierStage.shared_epochs`), which logs ``stage1/*`` or is changed.
+choosing on the validation split (``reads_validation``; :meth:`PostHocStage.choose`). Every
+stage shares plain cross-entropy's epochs but its last (:meth:`ClassifierStage.shared_epochs`),
+which logs ``stage1/*`` or is changed.
 
 A new stage is one subclass with :func:`register` and one YAML under ``conf/method/`` setting
 ``trainer.classifier_stage``.
